@@ -1,0 +1,14 @@
+"""django-intents: durable work intents with leases and fencing, in your Django database."""
+
+from importlib.metadata import PackageNotFoundError, version
+
+from .exceptions import ClaimLost, Stop
+from .identity import intent_id
+from .schedule import backoff
+
+try:
+    __version__ = version("django-intents")
+except PackageNotFoundError:  # pragma: no cover - running from a source tree
+    __version__ = "0.0.0"
+
+__all__ = ["ClaimLost", "Stop", "__version__", "backoff", "intent_id"]

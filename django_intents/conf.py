@@ -1,0 +1,172 @@
+"""The ``INTENTS`` setting, validated once and cached until settings change.
+
+Everything else in the app reads configuration through :func:`get_settings`,
+so a typo is reported in one place (as a system check) instead of surfacing as
+an ``AttributeError`` deep inside a worker.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings as django_settings
+from django.core.exceptions import ImproperlyConfigured
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+
+DEFAULT_METRIC_KINDS = ("delivery", "push", "replication", "webhook", "job")
+TERMINAL_STATES = ("completed", "cancelled")
+
+
+@dataclass(frozen=True)
+class Retention:
+    """How long a terminal intent keeps its payload (``compact``) and its row (``delete``)."""
+
+    compact: timedelta | None = None
+    delete: timedelta | None = None
+
+
+@dataclass(frozen=True)
+class IntentSettings:
+    handlers: Mapping[str, str] = field(default_factory=dict)
+    workers: int = 4
+    lease: float = 30.0
+    renew: float | None = None
+    poll_interval: float = 0.1
+    max_attempts: int | None = None
+    metric_kinds: tuple[str, ...] = DEFAULT_METRIC_KINDS
+    retention: Mapping[str, Retention] | None = None
+    gauge_cache: float = 5.0
+    db_error_timeout: float = 60.0
+
+    @property
+    def renew_interval(self) -> float:
+        return self.renew if self.renew is not None else self.lease / 3
+
+
+class SettingError(ValueError):
+    """One problem with one key; ``check_id`` is the stable system check id."""
+
+    def __init__(self, key: str, message: str, check_id: str = "django_intents.E001") -> None:
+        super().__init__(f"INTENTS[{key!r}] {message}")
+        self.key = key
+        self.check_id = check_id
+
+
+def _positive_number(key: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise SettingError(key, f"must be a positive number of seconds, not {value!r}")
+    return float(value)
+
+
+def _positive_int(key: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise SettingError(key, f"must be a positive integer, not {value!r}")
+    return value
+
+
+def _handlers(key: str, value: Any) -> dict[str, str]:
+    if not isinstance(value, Mapping):
+        raise SettingError(key, f"must be a dict of kind -> dotted path, not {value!r}")
+    for kind, path in value.items():
+        if not isinstance(kind, str) or not kind or not isinstance(path, str) or "." not in path:
+            raise SettingError(key, f"entry {kind!r}: {path!r} is not kind -> 'module.function'")
+    return dict(value)
+
+
+def _renew(key: str, value: Any) -> float | None:
+    return None if value is None else _positive_number(key, value)
+
+
+def _max_attempts(key: str, value: Any) -> int | None:
+    return None if value is None else _positive_int(key, value)
+
+
+def _metric_kinds(key: str, value: Any) -> tuple[str, ...]:
+    if isinstance(value, str) or not isinstance(value, list | tuple | set | frozenset):
+        raise SettingError(key, f"must be a sequence of kind names, not {value!r}")
+    if not all(isinstance(kind, str) and kind for kind in value):
+        raise SettingError(key, f"must contain only non-empty strings, not {value!r}")
+    return tuple(value)
+
+
+def _window(key: str, state: str, name: str, value: Any) -> timedelta | None:
+    if value is None or isinstance(value, timedelta) and value >= timedelta(0):
+        return value
+    raise SettingError(key, f"[{state!r}][{name!r}] must be a timedelta >= 0 or None")
+
+
+def _retention(key: str, value: Any) -> dict[str, Retention] | None:
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise SettingError(key, f"must be None or a dict keyed by terminal state, not {value!r}")
+    result = {}
+    for state, windows in value.items():
+        if state not in TERMINAL_STATES:
+            raise SettingError(key, f"has state {state!r}; only {TERMINAL_STATES} are pruned")
+        if not isinstance(windows, Mapping) or set(windows) - {"compact", "delete"}:
+            raise SettingError(key, f"[{state!r}] must be a dict with 'compact' and/or 'delete'")
+        compact = _window(key, state, "compact", windows.get("compact"))
+        delete = _window(key, state, "delete", windows.get("delete"))
+        if compact is not None and delete is not None and delete < compact:
+            raise SettingError(key, f"[{state!r}] deletes before it compacts")
+        result[state] = Retention(compact=compact, delete=delete)
+    return result
+
+
+_PARSERS: dict[str, tuple[str, Callable[[str, Any], Any]]] = {
+    "HANDLERS": ("handlers", _handlers),
+    "WORKERS": ("workers", _positive_int),
+    "LEASE": ("lease", _positive_number),
+    "RENEW": ("renew", _renew),
+    "POLL_INTERVAL": ("poll_interval", _positive_number),
+    "MAX_ATTEMPTS": ("max_attempts", _max_attempts),
+    "METRIC_KINDS": ("metric_kinds", _metric_kinds),
+    "RETENTION": ("retention", _retention),
+    "GAUGE_CACHE": ("gauge_cache", _positive_number),
+    "DB_ERROR_TIMEOUT": ("db_error_timeout", _positive_number),
+}
+
+
+def parse(raw: Any) -> tuple[IntentSettings, list[SettingError]]:
+    """Return the settings built from ``raw`` and every problem found on the way."""
+    if raw is None:
+        return IntentSettings(), []
+    if not isinstance(raw, Mapping):
+        return IntentSettings(), [SettingError("INTENTS", "must be a dict", "django_intents.E003")]
+    values: dict[str, Any] = {}
+    errors = []
+    for key, value in raw.items():
+        if key not in _PARSERS:
+            known = ", ".join(_PARSERS)
+            errors.append(SettingError(key, f"is not a known key ({known})", "django_intents.E002"))
+            continue
+        attr, parser = _PARSERS[key]
+        try:
+            values[attr] = parser(key, value)
+        except SettingError as exc:
+            errors.append(exc)
+    built = IntentSettings(**values)
+    if not errors and built.renew is not None and built.renew >= built.lease:
+        errors.append(SettingError("RENEW", f"({built.renew}) must be shorter than LEASE"))
+    return built, errors
+
+
+@functools.cache
+def get_settings() -> IntentSettings:
+    """Return the validated settings; raise ``ImproperlyConfigured`` naming the bad key."""
+    built, errors = parse(getattr(django_settings, "INTENTS", None))
+    if errors:
+        raise ImproperlyConfigured("; ".join(str(error) for error in errors))
+    return built
+
+
+@receiver(setting_changed)
+def _clear_cache(*, setting: str, **kwargs: Any) -> None:
+    if setting == "INTENTS":
+        get_settings.cache_clear()

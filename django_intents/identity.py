@@ -1,0 +1,43 @@
+"""An intent's identity: the validated ``(kind, event_id, target)`` triple and its hash."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+# SPEC §2: the column sizes are part of the contract, so they live here and the
+# model reads them from here.
+MAX_LENGTHS = {"kind": 100, "event_id": 255, "target": 2048}
+ID_LENGTH = 64
+
+
+def check_text(name: str, value: Any, max_length: int | None = None) -> str:
+    """Return ``value`` if it is a non-empty, NUL-free string that fits its column."""
+    limit = MAX_LENGTHS[name] if max_length is None else max_length
+    if not isinstance(value, str):
+        raise ValueError(f"{name} must be a string, not {type(value).__name__}")
+    if not value:
+        raise ValueError(f"{name} must not be empty")
+    if len(value) > limit:
+        raise ValueError(f"{name} is {len(value)} characters long; the limit is {limit}")
+    if "\x00" in value:
+        raise ValueError(f"{name} must not contain NUL characters")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"{name} is not valid Unicode text (lone surrogate)") from exc
+    return value
+
+
+def intent_id(kind: str, event_id: str, target: str) -> str:
+    """Return the deterministic id of an intent: its idempotency key."""
+    parts = (
+        check_text("kind", kind),
+        check_text("event_id", event_id),
+        check_text("target", target),
+    )
+    return hashlib.sha256("\x00".join(parts).encode("utf-8")).hexdigest()
+
+
+def check_id(value: Any) -> str:
+    return check_text("id", value, ID_LENGTH)

@@ -1,0 +1,611 @@
+"""Reads on the QuerySet, transitions on the manager: one method per SPEC §3 verb.
+
+Every transition is one guarded statement whose success is read from what it
+touched, so two callers racing for the same intent cannot both win. Fenced
+methods match ``claim_token`` as well as the state: a worker whose lease was
+taken over holds a token that no longer matches anything.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import secrets
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from django.db import connections, models, router, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.utils import timezone
+
+from . import sql
+from .conf import get_settings
+from .identity import check_id, check_text, intent_id
+from .schedule import backoff
+from .signals import intents_rescued, intents_transitioned
+
+if TYPE_CHECKING:
+    from .models import Intent
+
+ORDER = ("next_at", "created_at", "id")
+STATES = ("pending", "running", "completed", "cancelled")
+INSERT_BATCH = 500
+MAX_ERROR_LENGTH = 10_000
+ITEM_KEYS = frozenset({"kind", "event_id", "target", "payload", "next_at", "id"})
+
+
+class IntentQuerySet(models.QuerySet["Intent"]):
+    def active(self) -> IntentQuerySet:
+        return self.filter(state__in=("pending", "running"))
+
+    def terminal(self) -> IntentQuerySet:
+        return self.filter(state__in=("completed", "cancelled"))
+
+    def pending(self, kind: str | None = None) -> IntentQuerySet:
+        """Intents not yet finished (``pending`` or ``running``), in claim order."""
+        qs = self.active()
+        if kind is not None:
+            qs = qs.filter(kind=check_text("kind", kind))
+        return qs.order_by(*ORDER)
+
+    def in_state(self, state: str | None = None) -> IntentQuerySet:
+        if state is None:
+            return self.order_by(*ORDER)
+        if state not in STATES:
+            raise ValueError(f"unknown state {state!r}; expected one of {', '.join(STATES)}")
+        return self.filter(state=state).order_by(*ORDER)
+
+    def due(self, now: datetime | None = None) -> IntentQuerySet:
+        """Intents a claim at ``now`` could take: due pending ones and expired leases."""
+        now = _now(now)
+        return self.filter(
+            models.Q(state="pending", next_at__lte=now)
+            | models.Q(state="running", claim_until__lte=now)
+        ).order_by(*ORDER)
+
+    def expired(self, now: datetime | None = None) -> IntentQuerySet:
+        return self.filter(state="running", claim_until__lte=_now(now))
+
+
+class IntentManager(models.Manager.from_queryset(IntentQuerySet)):  # type: ignore[misc]
+    # -- enqueue -------------------------------------------------------------
+
+    def enqueue(
+        self,
+        kind: str,
+        event_id: str,
+        target: str,
+        payload: Any = None,
+        *,
+        next_at: datetime | None = None,
+        id: str | None = None,  # noqa: A002 - SPEC §3 names it
+        now: datetime | None = None,
+    ) -> str:
+        """Record an intent in the caller's transaction; a known id is left as it is."""
+        now = _now(now)
+        row = self._row(kind, event_id, target, payload, next_at, id, now, label="")
+        self._insert([row])
+        return str(row["id"])
+
+    def enqueue_many(
+        self, items: Iterable[Mapping[str, Any]], *, now: datetime | None = None
+    ) -> list[str]:
+        """Record many intents; every item is checked before anything is written."""
+        now = _now(now)
+        if isinstance(items, Mapping | str | bytes):
+            raise TypeError("items must be an iterable of dicts, not a single value")
+        rows = []
+        for index, item in enumerate(items):
+            label = f"items[{index}]: "
+            if not isinstance(item, Mapping):
+                raise TypeError(f"{label}must be a dict, not {type(item).__name__}")
+            unknown = set(item) - ITEM_KEYS
+            if unknown:
+                raise ValueError(f"{label}unknown keys {sorted(map(str, unknown))}")
+            missing = [key for key in ("kind", "event_id", "target") if key not in item]
+            if missing:
+                raise ValueError(f"{label}missing {', '.join(missing)}")
+            rows.append(
+                self._row(
+                    item["kind"],
+                    item["event_id"],
+                    item["target"],
+                    item.get("payload"),
+                    item.get("next_at"),
+                    item.get("id"),
+                    now,
+                    label=label,
+                )
+            )
+        unique = list({row["id"]: row for row in reversed(rows)}.values())[::-1]
+        batches = [unique[i : i + INSERT_BATCH] for i in range(0, len(unique), INSERT_BATCH)]
+        if len(batches) > 1:
+            with transaction.atomic(using=self._alias()):
+                for batch in batches:
+                    self._insert(batch)
+        elif batches:
+            self._insert(batches[0])
+        return [str(row["id"]) for row in rows]
+
+    def _row(
+        self,
+        kind: Any,
+        event_id: Any,
+        target: Any,
+        payload: Any,
+        next_at: Any,
+        id: Any,  # noqa: A002
+        now: datetime,
+        label: str,
+    ) -> dict[str, Any]:
+        try:
+            kind, event_id, target = (
+                check_text("kind", kind),
+                check_text("event_id", event_id),
+                check_text("target", target),
+            )
+            return {
+                "id": intent_id(kind, event_id, target) if id is None else check_id(id),
+                "kind": kind,
+                "event_id": event_id,
+                "target": target,
+                "payload": _check_json(payload, "payload"),
+                "state": "pending",
+                "attempts": 0,
+                "next_at": now if next_at is None else _aware("next_at", next_at),
+                "created_at": now,
+                "updated_at": now,
+                "last_error": "",
+                "claim_token": "",
+                "claim_until": None,
+            }
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(f"{label}{exc}") from None
+
+    def _insert(self, rows: Sequence[dict[str, Any]]) -> None:
+        conn = self._connection()
+        st = sql.statements(conn)
+        prepared = [_db_values(conn, st, row) for row in rows]
+        statement = st.insert.replace("{rows}", ", ".join([st.values_group()] * len(rows)))
+        with conn.cursor() as cursor:
+            cursor.execute(statement, [value for row in prepared for value in row])
+            kinds = [row[0] for row in cursor.fetchall()]
+        _announce(conn, "pending", kinds)
+
+    # -- claim ---------------------------------------------------------------
+
+    def claim(
+        self,
+        *,
+        now: datetime | None = None,
+        lease: float | timedelta | None = None,
+        kinds: Iterable[str] | None = None,
+    ) -> Intent | None:
+        """Claim the oldest due intent, or return ``None`` when nothing is due."""
+        claimed = self.claim_many(1, now=now, lease=lease, kinds=kinds)
+        return claimed[0] if claimed else None
+
+    def claim_many(
+        self,
+        limit: int,
+        *,
+        now: datetime | None = None,
+        lease: float | timedelta | None = None,
+        kinds: Iterable[str] | None = None,
+    ) -> list[Intent]:
+        """Claim up to ``limit`` due intents in claim order, in one transaction."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ValueError(f"limit must be a positive integer, not {limit!r}")
+        now = _now(now)
+        until = now + _lease(lease)
+        kind_list = _kinds(kinds)
+        if kind_list == []:
+            return []
+        conn = self._connection()
+        st = sql.statements(conn)
+        max_attempts = get_settings().max_attempts
+        if max_attempts is not None:
+            self._cancel_exhausted(conn, st, now, max_attempts, kind_list)
+        filters, params = sql.kind_filter(kind_list)
+        if max_attempts is not None:
+            filters += " AND (state = 'pending' OR attempts < %s)"
+            params.append(max_attempts)
+        if conn.vendor == "postgresql":
+            claimed = self._claim_returning(conn, st, now, until, limit, filters, params)
+        else:
+            claimed = self._claim_select_update(conn, st, now, until, limit, filters, params)
+        claimed.sort(key=lambda pair: (pair[0].next_at, pair[0].created_at, pair[0].id))
+        _announce(conn, "running", [intent.kind for intent, _ in claimed])
+        rescued = [
+            (intent.kind, (now - lease_end).total_seconds())
+            for intent, lease_end in claimed
+            if lease_end is not None
+        ]
+        if rescued and intents_rescued.has_listeners(_model()):
+            intents_rescued.send(sender=_model(), rescued=rescued)
+        return [intent for intent, _ in claimed]
+
+    def _claim_returning(
+        self,
+        conn: BaseDatabaseWrapper,
+        st: sql.Statements,
+        now: datetime,
+        until: datetime,
+        limit: int,
+        filters: str,
+        params: list[Any],
+    ) -> list[tuple[Intent, datetime | None]]:
+        at, until_db = _dt(conn, now), _dt(conn, until)
+        statement = st.claim_pg.replace("{filters}", filters)
+        args = [at, at, *params, limit, secrets.token_hex(16), until_db, at]
+        with conn.cursor() as cursor:
+            cursor.execute(statement, args)
+            rows = cursor.fetchall()
+        width = len(st.columns)
+        intents = _from_rows(conn, st, [row[:width] for row in rows])
+        return [
+            (intent, row[width + 2] if row[width + 1] == "running" else None)
+            for intent, row in zip(intents, rows, strict=True)
+        ]
+
+    def _claim_select_update(
+        self,
+        conn: BaseDatabaseWrapper,
+        st: sql.Statements,
+        now: datetime,
+        until: datetime,
+        limit: int,
+        filters: str,
+        params: list[Any],
+    ) -> list[tuple[Intent, datetime | None]]:
+        at = _dt(conn, now)
+        with _write_transaction(conn), conn.cursor() as cursor:
+            if conn.vendor == "mysql":
+                cursor.execute(st.claim_select.replace("{filters}", filters), [at, *params, limit])
+                rows = cursor.fetchall()
+                cursor.execute(st.claim_expired.replace("{filters}", filters), [at, *params, limit])
+                rows += cursor.fetchall()
+            else:
+                statement = st.claim_select.replace("{filters}", filters)
+                cursor.execute(statement, [at, at, *params, limit])
+                rows = cursor.fetchall()
+            if not rows:
+                return []
+            intents = sorted(
+                _from_rows(conn, st, rows), key=lambda i: (i.next_at, i.created_at, i.id)
+            )[:limit]
+            tokens = {intent.id: secrets.token_hex(16) for intent in intents}
+            cases = " ".join(["WHEN %s THEN %s"] * len(tokens))
+            cursor.execute(
+                f"UPDATE {st.table} SET state = 'running', attempts = attempts + 1, "
+                f"claim_token = CASE id {cases} END, claim_until = %s, updated_at = %s "
+                f"WHERE {sql.in_list('id', len(tokens))} AND {sql.ACTIVE}",
+                [*(v for pair in tokens.items() for v in pair), _dt(conn, until), at, *tokens],
+            )
+        claimed: list[tuple[Intent, datetime | None]] = []
+        for intent in intents:
+            lease_end = intent.claim_until if intent.state == "running" else None
+            intent.state = "running"
+            intent.attempts += 1
+            intent.claim_token = tokens[intent.id]
+            intent.claim_until = until
+            intent.updated_at = now
+            claimed.append((intent, lease_end))
+        return claimed
+
+    def _cancel_exhausted(
+        self,
+        conn: BaseDatabaseWrapper,
+        st: sql.Statements,
+        now: datetime,
+        max_attempts: int,
+        kinds: list[str] | None,
+    ) -> None:
+        """Cancel expired leases that used the last attempt, so a crash loop ends."""
+        at = _dt(conn, now)
+        message = f"lease expired on the last allowed attempt (MAX_ATTEMPTS={max_attempts})"
+        filters, params = sql.kind_filter(kinds)
+        if st.returning:
+            statement = st.exhausted_cancel.replace("{where}", "AND attempts >= %s" + filters)
+            with conn.cursor() as cursor:
+                cursor.execute(statement, [message, at, at, max_attempts, *params])
+                cancelled = [row[0] for row in cursor.fetchall()]
+        else:
+            with transaction.atomic(using=conn.alias), conn.cursor() as cursor:
+                cursor.execute(
+                    st.exhausted_select.replace("{filters}", filters), [at, max_attempts, *params]
+                )
+                found = cursor.fetchall()
+                if found:
+                    where = "AND " + sql.in_list("id", len(found))
+                    cursor.execute(
+                        st.exhausted_cancel.replace("{where}", where),
+                        [message, at, at, *(row[0] for row in found)],
+                    )
+                cancelled = [row[1] for row in found]
+        _announce(conn, "cancelled", cancelled)
+
+    # -- fenced transitions ----------------------------------------------------
+
+    def renew(
+        self,
+        id: str,  # noqa: A002
+        claim_token: str,
+        *,
+        now: datetime | None = None,
+        lease: float | timedelta | None = None,
+    ) -> bool:
+        """Extend the lease of a claim this caller still holds."""
+        now = _now(now)
+        until = now + _lease(lease)
+        conn = self._connection()
+        args = [_dt(conn, until), _dt(conn, now), check_id(id), _token(claim_token)]
+        with conn.cursor() as cursor:
+            cursor.execute(sql.statements(conn).renew, args)
+            return bool(cursor.rowcount)
+
+    def complete(self, id: str, claim_token: str, *, now: datetime | None = None) -> bool:  # noqa: A002
+        conn = self._connection()
+        args = [_dt(conn, _now(now)), check_id(id), _token(claim_token)]
+        return self._transition(conn, sql.statements(conn).complete, args, id, "completed")
+
+    def retry(
+        self,
+        id: str,  # noqa: A002
+        claim_token: str,
+        cause: object = None,
+        *,
+        now: datetime | None = None,
+    ) -> bool:
+        """Give the intent back for a later attempt, or cancel it once attempts run out."""
+        now = _now(now)
+        id, claim_token = check_id(id), _token(claim_token)
+        conn = self._connection()
+        st = sql.statements(conn)
+        with conn.cursor() as cursor:
+            cursor.execute(st.attempts_of, [id, claim_token])
+            row = cursor.fetchone()
+        if row is None:
+            return False
+        # attempts only changes when a claim replaces the token, so the fence
+        # below also guarantees the count read here is still the current one.
+        attempts, max_attempts = row[0], get_settings().max_attempts
+        error = _error_text(cause)
+        if max_attempts is not None and attempts >= max_attempts:
+            args = [error, _dt(conn, now), id, claim_token]
+            return self._transition(conn, st.cancel_claim, args, id, "cancelled")
+        next_at = now + backoff(id, attempts)
+        args = [_dt(conn, next_at), error, _dt(conn, now), id, claim_token]
+        return self._transition(conn, st.retry, args, id, "pending")
+
+    def cancel_claim(
+        self,
+        id: str,  # noqa: A002
+        claim_token: str,
+        cause: object = None,
+        *,
+        now: datetime | None = None,
+    ) -> bool:
+        """End the intent for good: the handler said it can never succeed."""
+        conn = self._connection()
+        args = [_error_text(cause), _dt(conn, _now(now)), check_id(id), _token(claim_token)]
+        return self._transition(conn, sql.statements(conn).cancel_claim, args, id, "cancelled")
+
+    def complete_pending(self, id: str, *, now: datetime | None = None) -> bool:  # noqa: A002
+        """Mark a pending intent done because the caller did the work inline."""
+        conn = self._connection()
+        args = [_dt(conn, _now(now)), check_id(id)]
+        return self._transition(conn, sql.statements(conn).complete_pending, args, id, "completed")
+
+    # -- administrative --------------------------------------------------------
+
+    def retry_now(self, id: str, *, now: datetime | None = None) -> bool:  # noqa: A002
+        """Make an unfinished intent due now; a current claimant loses its claim."""
+        conn = self._connection()
+        at = _dt(conn, _now(now))
+        return self._transition(
+            conn, sql.statements(conn).retry_now, [at, at, check_id(id)], id, "pending"
+        )
+
+    def cancel(self, id: str, *, now: datetime | None = None) -> bool:  # noqa: A002
+        """Cancel an unfinished intent; a current claimant loses its claim."""
+        conn = self._connection()
+        args = [_dt(conn, _now(now)), check_id(id)]
+        return self._transition(conn, sql.statements(conn).cancel, args, id, "cancelled")
+
+    # -- plumbing --------------------------------------------------------------
+
+    def _transition(
+        self,
+        conn: BaseDatabaseWrapper,
+        statement: str,
+        args: list[Any],
+        id: str,
+        to: str,  # noqa: A002
+    ) -> bool:
+        st = sql.statements(conn)
+        with conn.cursor() as cursor:
+            cursor.execute(statement, args)
+            if st.returning:
+                kinds = [row[0] for row in cursor.fetchall()]
+            elif cursor.rowcount:
+                cursor.execute(st.kind_of, [id])
+                kinds = [row[0] for row in cursor.fetchall()]
+            else:
+                kinds = []
+        _announce(conn, to, kinds)
+        return bool(kinds)
+
+    def _alias(self) -> str:
+        return self._db or router.db_for_write(self.model)
+
+    def _connection(self) -> BaseDatabaseWrapper:
+        return connections[self._alias()]
+
+
+# -- helpers -----------------------------------------------------------------
+
+
+def _model() -> type[Intent]:
+    from .models import Intent
+
+    return Intent
+
+
+def _now(now: Any) -> datetime:
+    return timezone.now() if now is None else _aware("now", now)
+
+
+def _aware(name: str, value: Any) -> datetime:
+    if not isinstance(value, datetime):
+        raise TypeError(f"{name} must be a datetime, not {type(value).__name__}")
+    if timezone.is_naive(value):
+        raise ValueError(f"{name} must be an aware datetime (USE_TZ), not naive {value}")
+    return value
+
+
+def _lease(lease: Any) -> timedelta:
+    if lease is None:
+        return timedelta(seconds=get_settings().lease)
+    if isinstance(lease, timedelta):
+        seconds = lease.total_seconds()
+    elif isinstance(lease, int | float) and not isinstance(lease, bool):
+        seconds = float(lease)
+    else:
+        raise TypeError(f"lease must be seconds or a timedelta, not {type(lease).__name__}")
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ValueError(f"lease must be a positive duration, not {lease!r}")
+    return timedelta(seconds=seconds)
+
+
+def _kinds(kinds: Any) -> list[str] | None:
+    if kinds is None:
+        return None
+    if isinstance(kinds, str | bytes):
+        raise TypeError("kinds must be a collection of kind names, not a single string")
+    return sorted({check_text("kind", kind) for kind in kinds})
+
+
+def _token(token: Any) -> str:
+    if not isinstance(token, str):
+        raise TypeError(f"claim_token must be a string, not {type(token).__name__}")
+    return token
+
+
+def _error_text(cause: object) -> str:
+    """``str(cause)``, made storable: no NUL, no lone surrogates, bounded length."""
+    if cause is None:
+        return ""
+    text = str(cause).replace("\x00", "\\x00")
+    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text if len(text) <= MAX_ERROR_LENGTH else text[: MAX_ERROR_LENGTH - 1] + "…"
+
+
+def _check_json(value: Any, path: str) -> Any:
+    """Refuse what would not read back exactly: only JSON's own types are stored."""
+    if value is None or isinstance(value, bool | int):
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"{path} is {value!r}, which JSON cannot represent")
+        return value
+    if isinstance(value, str):
+        return check_json_text(value, path)
+    if isinstance(value, list):
+        return [_check_json(item, f"{path}[{i}]") for i, item in enumerate(value)]
+    if isinstance(value, dict):
+        for key in value:
+            if not isinstance(key, str):
+                raise TypeError(f"{path} has key {key!r}; JSON object keys must be strings")
+            check_json_text(key, f"{path} key")
+        return {key: _check_json(item, f"{path}[{key!r}]") for key, item in value.items()}
+    raise TypeError(f"{path} is a {type(value).__name__}, which is not a JSON value")
+
+
+def check_json_text(value: str, path: str) -> str:
+    if "\x00" in value:
+        raise ValueError(f"{path} contains a NUL character, which databases refuse in JSON")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"{path} contains a lone surrogate and is not valid Unicode") from None
+    return value
+
+
+def _dt(conn: BaseDatabaseWrapper, value: datetime) -> Any:
+    return conn.ops.adapt_datetimefield_value(value)
+
+
+def _db_values(conn: BaseDatabaseWrapper, st: sql.Statements, row: dict[str, Any]) -> list[Any]:
+    payload = _model()._meta.get_field("payload")
+    values = []
+    for column in st.columns:
+        value = row[column]
+        if column == "payload":
+            value = payload.get_db_prep_save(value, conn)  # type: ignore[union-attr]
+        elif isinstance(value, datetime):
+            value = _dt(conn, value)
+        values.append(value)
+    return values
+
+
+def _from_rows(
+    conn: BaseDatabaseWrapper, st: sql.Statements, rows: Sequence[Sequence[Any]]
+) -> list[Intent]:
+    """Build model instances from raw rows, with the same conversions the ORM applies."""
+    model = _model()
+    fields = model._meta.concrete_fields
+    converters = []
+    for field in fields:
+        col = field.get_col(model._meta.db_table)
+        converters.append(conn.ops.get_db_converters(col) + field.get_db_converters(conn))
+    names = [field.attname for field in fields]
+    intents = []
+    for row in rows:
+        values = list(row)
+        for i, funcs in enumerate(converters):
+            for func in funcs:
+                values[i] = func(values[i], fields[i], conn)
+        intents.append(model.from_db(conn.alias, names, values))
+    return intents
+
+
+def _announce(conn: BaseDatabaseWrapper, to: str, kinds: list[str]) -> None:
+    """Tell receivers (metrics) about transitions once they are committed."""
+    if not kinds or not intents_transitioned.has_listeners(_model()):
+        return
+
+    def send() -> None:
+        intents_transitioned.send(sender=_model(), to=to, kinds=kinds)
+
+    if conn.in_atomic_block:
+        transaction.on_commit(send, using=conn.alias)
+    else:
+        send()
+
+
+@contextlib.contextmanager
+def _write_transaction(conn: BaseDatabaseWrapper) -> Iterator[None]:
+    """A transaction that takes the write lock first.
+
+    SQLite allows one writer; a deferred transaction that reads and then writes
+    can fail at once with "database is locked", while ``BEGIN IMMEDIATE`` waits
+    for the busy timeout instead. Inside a caller's transaction, that one is used.
+    """
+    if conn.vendor != "sqlite":
+        with transaction.atomic(using=conn.alias):
+            yield
+        return
+    if conn.in_atomic_block:
+        yield
+        return
+    conn.ensure_connection()
+    with conn.cursor() as cursor:
+        cursor.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            cursor.execute("ROLLBACK")
+            raise
+        cursor.execute("COMMIT")

@@ -1,0 +1,194 @@
+"""Every raw statement of django-intents, per database vendor.
+
+Identifiers come from ``Intent._meta`` through ``connection.ops.quote_name``;
+values are always parameters. State names are written as literals on purpose:
+the planner must see ``state IN ('pending', 'running')`` to use the partial
+index whose condition says exactly that.
+
+PostgreSQL claims in one statement. SQLite and MariaDB select, then update by
+primary key: SQLite inside ``BEGIN IMMEDIATE`` (one writer, so the pair is
+atomic), MariaDB under ``FOR UPDATE SKIP LOCKED`` row locks (it has no
+``UPDATE ... RETURNING``).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any
+
+from django.db.backends.base.base import BaseDatabaseWrapper
+
+NOTIFY_CHANNEL = "django_intents"
+
+ACTIVE = "state IN ('pending', 'running')"
+# A pending intent that is due, or a running one whose lease has run out.
+DUE = ACTIVE + " AND next_at <= %s AND (state = 'pending' OR claim_until <= %s)"
+CLAIM_ORDER = "ORDER BY next_at, created_at, id"
+CLEAR_CLAIM = "claim_token = '', claim_until = NULL"
+FENCE = "WHERE id = %s AND state = 'running' AND claim_token = %s"
+
+
+@dataclass(frozen=True)
+class Statements:
+    vendor: str
+    table: str
+    columns: tuple[str, ...]
+    returning: bool  # UPDATE ... RETURNING exists
+    insert: str  # {rows} is replaced by one "(%s, ...)" group per row
+    claim_pg: str  # {filters} takes the optional kind / attempts conditions
+    claim_select: str
+    claim_expired: str  # MariaDB only: the running branch of claim_select
+    lock: str
+    renew: str
+    complete: str
+    attempts_of: str
+    retry: str
+    cancel_claim: str
+    complete_pending: str
+    retry_now: str
+    cancel: str
+    exhausted_select: str
+    exhausted_cancel: str
+    kind_of: str
+
+    def values_group(self) -> str:
+        return "(" + ", ".join(["%s"] * len(self.columns)) + ")"
+
+
+def _build(connection: BaseDatabaseWrapper) -> Statements:
+    from .models import Intent
+
+    q = connection.ops.quote_name
+    vendor = connection.vendor
+    table = q(Intent._meta.db_table)
+    columns = tuple(field.column for field in Intent._meta.concrete_fields)
+    cols = ", ".join(q(c) for c in columns)
+    returning = vendor in ("postgresql", "sqlite")
+    ret_kind = " RETURNING kind" if returning else ""
+
+    if vendor == "postgresql":
+        # Inserted rows notify idle workers; NOTIFY is delivered at commit and
+        # dropped on rollback, which is exactly the outbox promise.
+        insert = (
+            f"WITH ins AS (INSERT INTO {table} ({cols}) VALUES {{rows}} "
+            f"ON CONFLICT (id) DO NOTHING RETURNING kind) "
+            f"SELECT kind, pg_notify('{NOTIFY_CHANNEL}', kind) FROM ins"
+        )
+        retry_now_sql = (
+            f"WITH upd AS (UPDATE {table} SET state = 'pending', next_at = %s, {CLEAR_CLAIM}, "
+            f"updated_at = %s WHERE id = %s AND {ACTIVE} RETURNING kind) "
+            f"SELECT kind, pg_notify('{NOTIFY_CHANNEL}', kind) FROM upd"
+        )
+    elif vendor == "sqlite":
+        insert = (
+            f"INSERT INTO {table} ({cols}) VALUES {{rows}} "
+            f"ON CONFLICT (id) DO NOTHING RETURNING kind"
+        )
+    else:
+        # IGNORE is safe here: every value was validated before, so the only
+        # error it can swallow is the duplicate key that makes enqueue idempotent.
+        insert = f"INSERT IGNORE INTO {table} ({cols}) VALUES {{rows}} RETURNING kind"
+    if vendor != "postgresql":
+        retry_now_sql = (
+            f"UPDATE {table} SET state = 'pending', next_at = %s, {CLEAR_CLAIM}, "
+            f"updated_at = %s WHERE id = %s AND {ACTIVE}{ret_kind}"
+        )
+
+    # The inner SELECT is the fence between claimers: it locks the rows it
+    # picks and skips rows another claimer has locked, so concurrent claims
+    # never see the same intent. MATERIALIZED keeps it from being inlined and
+    # evaluated more than once.
+    claim_pg = (
+        f"WITH due AS MATERIALIZED (SELECT id, state AS was, claim_until AS lease_end "
+        f"FROM {table} WHERE {DUE}{{filters}} {CLAIM_ORDER} LIMIT %s FOR UPDATE SKIP LOCKED) "
+        f"UPDATE {table} AS t SET state = 'running', attempts = t.attempts + 1, "
+        f"claim_token = md5(%s || t.id), claim_until = %s, updated_at = %s "
+        f"FROM due WHERE t.id = due.id "
+        f"RETURNING {', '.join('t.' + q(c) for c in columns)}, due.was, due.lease_end"
+    )
+    lock = " FOR UPDATE SKIP LOCKED" if vendor == "mysql" else ""
+    if vendor == "mysql":
+        # No partial indexes: state leads the index, so each branch is an
+        # ordered range scan; the two branches are merged in Python.
+        claim_select = (
+            f"(SELECT {cols} FROM {table} WHERE state = 'pending' AND next_at <= %s{{filters}} "
+            f"{CLAIM_ORDER} LIMIT %s{lock})"
+        )
+        claim_expired = (
+            f"(SELECT {cols} FROM {table} WHERE state = 'running' AND claim_until <= %s{{filters}} "
+            f"{CLAIM_ORDER} LIMIT %s{lock})"
+        )
+    else:
+        claim_select = f"SELECT {cols} FROM {table} WHERE {DUE}{{filters}} {CLAIM_ORDER} LIMIT %s"
+        claim_expired = ""
+
+    return Statements(
+        vendor=vendor,
+        table=table,
+        columns=columns,
+        returning=returning,
+        insert=insert,
+        claim_pg=claim_pg,
+        claim_select=claim_select,
+        claim_expired=claim_expired,
+        lock=lock,
+        renew=f"UPDATE {table} SET claim_until = %s, updated_at = %s {FENCE}",
+        complete=(
+            f"UPDATE {table} SET state = 'completed', {CLEAR_CLAIM}, updated_at = %s "
+            f"{FENCE}{ret_kind}"
+        ),
+        attempts_of=f"SELECT attempts, kind FROM {table} {FENCE}",
+        retry=(
+            f"UPDATE {table} SET state = 'pending', next_at = %s, last_error = %s, {CLEAR_CLAIM}, "
+            f"updated_at = %s {FENCE}{ret_kind}"
+        ),
+        cancel_claim=(
+            f"UPDATE {table} SET state = 'cancelled', last_error = %s, {CLEAR_CLAIM}, "
+            f"updated_at = %s {FENCE}{ret_kind}"
+        ),
+        complete_pending=(
+            f"UPDATE {table} SET state = 'completed', updated_at = %s "
+            f"WHERE id = %s AND state = 'pending'{ret_kind}"
+        ),
+        retry_now=retry_now_sql,
+        cancel=(
+            f"UPDATE {table} SET state = 'cancelled', {CLEAR_CLAIM}, updated_at = %s "
+            f"WHERE id = %s AND {ACTIVE}{ret_kind}"
+        ),
+        exhausted_select=(
+            f"SELECT id, kind FROM {table} WHERE state = 'running' AND claim_until <= %s "
+            f"AND attempts >= %s{{filters}}{lock}"
+        ),
+        # {where} is the exhausted condition (PostgreSQL, SQLite) or an id list (MariaDB).
+        exhausted_cancel=(
+            f"UPDATE {table} SET state = 'cancelled', last_error = %s, {CLEAR_CLAIM}, "
+            f"updated_at = %s WHERE state = 'running' AND claim_until <= %s {{where}}{ret_kind}"
+        ),
+        kind_of=f"SELECT kind FROM {table} WHERE id = %s",
+    )
+
+
+@functools.cache
+def _cached(vendor: str, alias: str, table: str) -> Statements:
+    from django.db import connections
+
+    return _build(connections[alias])
+
+
+def statements(connection: BaseDatabaseWrapper) -> Statements:
+    """Return the statements for ``connection``'s vendor, built once per alias."""
+    from .models import Intent
+
+    return _cached(connection.vendor, connection.alias, Intent._meta.db_table)
+
+
+def in_list(column: str, count: int) -> str:
+    """Return ``column IN (%s, ...)`` for ``count`` parameters."""
+    return f"{column} IN ({', '.join(['%s'] * count)})"
+
+
+def kind_filter(kinds: list[str] | None) -> tuple[str, list[Any]]:
+    if not kinds:
+        return "", []
+    return " AND " + in_list("kind", len(kinds)), list(kinds)

@@ -1,0 +1,49 @@
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from django.db import connection
+
+from django_intents.models import Intent
+
+T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    from django.conf import settings
+
+    return f"django-intents database: {settings.DATABASES['default']['ENGINE']}"
+
+
+@pytest.fixture
+def t0() -> datetime:
+    return T0
+
+
+def at(seconds: float) -> datetime:
+    """T0 plus ``seconds``: tests drive time through ``now=`` with this."""
+    return T0 + timedelta(seconds=seconds)
+
+
+def enqueue(n: int = 1, kind: str = "webhook", **kwargs: Any) -> list[str]:
+    kwargs.setdefault("now", T0)
+    return [
+        Intent.objects.enqueue(kind, f"event-{i}", "https://example.com/hook", {"n": i}, **kwargs)
+        for i in range(n)
+    ]
+
+
+def row(id: str) -> Intent:  # noqa: A002
+    return Intent.objects.get(pk=id)
+
+
+def snapshot() -> list[tuple[Any, ...]]:
+    """Every row and every column, to prove that a refused call changed nothing."""
+    return list(Intent.objects.order_by("id").values_list())
+
+
+@pytest.fixture
+def vendor() -> str:
+    return connection.vendor

@@ -1,0 +1,93 @@
+"""Test settings: the database comes from INTENTS_TEST_DB (sqlite, postgresql, mysql).
+
+SQLite is a file, not ``:memory:``, so worker subprocesses and threads share it.
+INTENTS_TEST_DB_SUFFIX keeps parallel runs on one machine out of each other's way.
+"""
+
+import os
+from pathlib import Path
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VENDOR = os.environ.get("INTENTS_TEST_DB", "sqlite")
+SUFFIX = os.environ.get("INTENTS_TEST_DB_SUFFIX", "")
+TEST_NAME = f"test_django_intents{SUFFIX}"
+
+if VENDOR == "sqlite":
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": str(BASE_DIR / ".tmp" / f"intents{SUFFIX}.sqlite3"),
+            "OPTIONS": {
+                "transaction_mode": "IMMEDIATE",
+                "timeout": 20,
+                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+            },
+            "TEST": {"NAME": str(BASE_DIR / ".tmp" / f"{TEST_NAME}.sqlite3")},
+        }
+    }
+elif VENDOR == "postgresql":
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.postgresql",
+            "NAME": "postgres",
+            "USER": os.environ.get("PGUSER", "postgres"),
+            "HOST": os.environ.get("PGHOST", "127.0.0.1"),
+            "PORT": os.environ.get("PGPORT", "5432"),
+            "TEST": {"NAME": TEST_NAME},
+        }
+    }
+elif VENDOR == "mysql":
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.mysql",
+            "NAME": "test",
+            "USER": os.environ.get("MYSQL_USER", "root"),
+            "PASSWORD": os.environ.get("MYSQL_PASSWORD", ""),
+            "HOST": os.environ.get("MYSQL_HOST", "127.0.0.1"),
+            "PORT": os.environ.get("MYSQL_PORT", "3306"),
+            "OPTIONS": {"charset": "utf8mb4"},
+            "TEST": {"NAME": TEST_NAME, "CHARSET": "utf8mb4", "COLLATION": "utf8mb4_bin"},
+        }
+    }
+else:
+    raise RuntimeError(f"INTENTS_TEST_DB must be sqlite, postgresql or mysql, not {VENDOR!r}")
+
+(BASE_DIR / ".tmp").mkdir(exist_ok=True)
+
+SECRET_KEY = "django-intents-tests"  # noqa: S105
+DEBUG = False
+USE_TZ = True
+TIME_ZONE = "UTC"
+ALLOWED_HOSTS = ["*"]
+ROOT_URLCONF = "tests.urls"
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django_intents",
+    "tests.testapp",
+]
+MIDDLEWARE = [
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+]
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+INTENTS = {"LEASE": 30}
