@@ -120,7 +120,12 @@ def _build(connection: BaseDatabaseWrapper) -> Statements:
             f"{CLAIM_ORDER} LIMIT %s{lock})"
         )
     else:
-        claim_select = f"SELECT {cols} FROM {table} WHERE {DUE}{{filters}} {CLAIM_ORDER} LIMIT %s"
+        # Without ANALYZE statistics SQLite may prefer the (state, updated_at)
+        # index and sort; INDEXED BY pins the claim to the partial index.
+        hint = " INDEXED BY intents_claimable_idx" if vendor == "sqlite" else ""
+        claim_select = (
+            f"SELECT {cols} FROM {table}{hint} WHERE {DUE}{{filters}} {CLAIM_ORDER} LIMIT %s"
+        )
         claim_expired = ""
 
     return Statements(

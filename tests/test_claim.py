@@ -1,0 +1,190 @@
+from datetime import timedelta
+
+import pytest
+
+from django_intents.models import Intent
+
+from .conftest import T0, at, enqueue, row, snapshot
+
+pytestmark = pytest.mark.django_db
+
+
+def test_claim_on_an_empty_queue_returns_none():
+    assert Intent.objects.claim(now=T0) is None
+
+
+def test_claim_sets_running_attempt_token_and_lease():
+    [id] = enqueue()
+    intent = Intent.objects.claim(now=at(1), lease=20)
+    assert intent.id == id
+    stored = row(id)
+    for obj in (intent, stored):
+        assert obj.state == Intent.State.RUNNING
+        assert obj.attempts == 1
+        assert obj.claim_until == at(21)
+        assert obj.updated_at == at(1)
+        assert len(obj.claim_token) == 32
+        int(obj.claim_token, 16)
+    assert intent.claim_token == stored.claim_token
+    assert intent.payload == {"n": 0}
+
+
+def test_claim_default_lease_comes_from_settings(settings):
+    settings.INTENTS = {"LEASE": 7}
+    enqueue()
+    assert Intent.objects.claim(now=T0).claim_until == at(7)
+
+
+def test_claim_accepts_a_timedelta_lease():
+    enqueue()
+    assert Intent.objects.claim(now=T0, lease=timedelta(minutes=2)).claim_until == at(120)
+
+
+def test_claim_skips_intents_not_yet_due():
+    enqueue(next_at=at(10))
+    assert Intent.objects.claim(now=at(9)) is None
+    assert Intent.objects.claim(now=at(10)) is not None
+
+
+def test_claim_takes_oldest_next_at_then_created_at_then_id():
+    late = Intent.objects.enqueue("job", "late", "t", next_at=at(5), now=T0)
+    b = Intent.objects.enqueue("job", "b", "t", next_at=at(1), now=at(1), id="b" * 64)
+    a = Intent.objects.enqueue("job", "a", "t", next_at=at(1), now=at(1), id="a" * 64)
+    early = Intent.objects.enqueue("job", "early", "t", next_at=at(1), now=T0)
+    order = [Intent.objects.claim(now=at(10)).id for _ in range(4)]
+    assert order == [early, a, b, late]
+
+
+def test_claim_many_returns_up_to_limit_in_claim_order_with_distinct_tokens():
+    ids = [Intent.objects.enqueue("job", str(i), "t", next_at=at(10 - i), now=T0) for i in range(5)]
+    claimed = Intent.objects.claim_many(3, now=at(20))
+    assert [i.id for i in claimed] == [ids[4], ids[3], ids[2]]
+    assert len({i.claim_token for i in claimed}) == 3
+    assert Intent.objects.filter(state="running").count() == 3
+    assert [i.id for i in Intent.objects.claim_many(10, now=at(20))] == [ids[1], ids[0]]
+    assert Intent.objects.claim_many(10, now=at(20)) == []
+
+
+def test_claim_restricted_to_kinds():
+    Intent.objects.enqueue("push", "e", "t", now=T0)
+    hook = Intent.objects.enqueue("webhook", "e", "t", now=at(1))
+    assert Intent.objects.claim(now=at(2), kinds=["webhook"]).id == hook
+    assert Intent.objects.claim(now=at(2), kinds={"webhook", "job"}) is None
+    assert Intent.objects.claim(now=at(2), kinds=[]) is None
+    assert row(hook).state == "running"
+    assert Intent.objects.filter(kind="push", state="pending").count() == 1
+
+
+def test_claim_does_not_take_a_running_intent_with_a_live_lease():
+    enqueue()
+    Intent.objects.claim(now=T0, lease=30)
+    assert Intent.objects.claim(now=at(29)) is None
+
+
+def test_claim_takes_over_an_expired_lease_with_a_new_token():
+    [id] = enqueue()
+    first = Intent.objects.claim(now=T0, lease=30)
+    second = Intent.objects.claim(now=at(30), lease=30)
+    assert second.id == id
+    assert second.claim_token != first.claim_token
+    assert second.attempts == 2
+    assert row(id).claim_until == at(60)
+
+
+def test_claim_never_takes_terminal_intents():
+    done, gone = enqueue(2)
+    Intent.objects.claim_many(2, now=T0)
+    Intent.objects.complete(done, row(done).claim_token, now=at(1))
+    Intent.objects.cancel(gone, now=at(1))
+    assert Intent.objects.claim(now=at(10_000)) is None
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error"),
+    [
+        ({"lease": -1}, ValueError),
+        ({"lease": 0}, ValueError),
+        ({"lease": timedelta(seconds=-5)}, ValueError),
+        ({"lease": float("inf")}, ValueError),
+        ({"lease": "30"}, TypeError),
+        ({"lease": True}, TypeError),
+        ({"kinds": "webhook"}, TypeError),
+        ({"kinds": [""]}, ValueError),
+        ({"now": "now"}, TypeError),
+    ],
+)
+def test_claim_refuses_bad_options_and_changes_nothing(kwargs, error):
+    enqueue()
+    before = snapshot()
+    with pytest.raises(error):
+        Intent.objects.claim(**{"now": T0, **kwargs})
+    assert snapshot() == before
+
+
+@pytest.mark.parametrize("limit", [0, -1, 1.5, True, "3"])
+def test_claim_many_refuses_a_bad_limit(limit):
+    enqueue()
+    before = snapshot()
+    with pytest.raises(ValueError, match="limit"):
+        Intent.objects.claim_many(limit, now=T0)
+    assert snapshot() == before
+
+
+class TestMaxAttempts:
+    @pytest.fixture(autouse=True)
+    def _max(self, settings):
+        settings.INTENTS = {"MAX_ATTEMPTS": 2, "LEASE": 10}
+
+    def test_expired_lease_on_the_last_attempt_is_cancelled_not_reclaimed(self):
+        [id] = enqueue()
+        Intent.objects.claim(now=T0)
+        token = Intent.objects.claim(now=at(10)).claim_token
+        assert Intent.objects.claim(now=at(20)) is None
+        intent = row(id)
+        assert intent.state == "cancelled"
+        assert intent.attempts == 2
+        assert "MAX_ATTEMPTS=2" in intent.last_error
+        assert (intent.claim_token, intent.claim_until) == ("", None)
+        assert Intent.objects.complete(id, token, now=at(21)) is False
+
+    def test_expired_lease_with_attempts_left_is_reclaimed(self):
+        [id] = enqueue()
+        Intent.objects.claim(now=T0)
+        assert Intent.objects.claim(now=at(10)).id == id
+
+
+class TestQueryPlan:
+    """Claiming must stay one index-backed lookup however many rows are finished."""
+
+    def test_claim_uses_the_claimable_index(self, vendor):
+        from django.db import connection
+
+        from django_intents import sql
+
+        items = [{"kind": "job", "event_id": str(i), "target": "t"} for i in range(300)]
+        Intent.objects.enqueue_many(items, now=T0)
+        st = sql.statements(connection)
+        with connection.cursor() as cursor:
+            if vendor == "postgresql":
+                cursor.execute("ANALYZE django_intents_intent")
+                cursor.execute("SET enable_seqscan = off")
+                statement = st.claim_pg.replace("{filters}", "")
+                cursor.execute("EXPLAIN " + statement, [at(1), at(1), 10, "x" * 32, at(30), at(1)])
+                index = "intents_claimable_idx"
+            elif vendor == "sqlite":
+                statement = st.claim_select.replace("{filters}", "")
+                params = [connection.ops.adapt_datetimefield_value(at(1))] * 2 + [10]
+                cursor.execute("EXPLAIN QUERY PLAN " + statement, params)
+                index = "intents_claimable_idx"
+            else:
+                statement = st.claim_select.replace("{filters}", "").strip("()")
+                params = [connection.ops.adapt_datetimefield_value(at(1)), 10]
+                cursor.execute(
+                    "EXPLAIN " + statement.replace(" FOR UPDATE SKIP LOCKED", ""), params
+                )
+                index = "intents_claim_mysql_idx"
+            plan = " ".join(str(part) for line in cursor.fetchall() for part in line)
+            if vendor == "postgresql":
+                cursor.execute("SET enable_seqscan = on")
+        assert index in plan, plan
+        assert "TEMP B-TREE" not in plan.upper(), plan
