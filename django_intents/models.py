@@ -49,7 +49,9 @@ class Intent(models.Model):
             # and MariaDB have no partial indexes: migration 0002 adds full ones.
             models.Index(
                 fields=("next_at", "created_at", "id"),
-                condition=Q(state__in=("pending", "running")),
+                # Spelled as OR, like the claim's SQL: PostgreSQL proves the
+                # claim may use this index only when the two texts match.
+                condition=Q(state="pending") | Q(state="running"),
                 name="intents_claimable_idx",
             ),
             models.Index(
@@ -58,7 +60,13 @@ class Intent(models.Model):
                 name="intents_lease_idx",
             ),
             models.Index(fields=("kind", "state"), name="intents_kind_state_idx"),
-            models.Index(fields=("state", "updated_at"), name="intents_state_updated_idx"),
+            # Retention walks finished rows by age; partial so that the claim
+            # planner is never tempted by an index that leads with state.
+            models.Index(
+                fields=("updated_at",),
+                condition=Q(state="completed") | Q(state="cancelled"),
+                name="intents_finished_idx",
+            ),
         )
         constraints = (
             models.CheckConstraint(

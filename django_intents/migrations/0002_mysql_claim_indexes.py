@@ -11,6 +11,7 @@ from django.db import migrations
 INDEXES = {
     "intents_claim_mysql_idx": "(state, next_at, created_at, id)",
     "intents_lease_mysql_idx": "(state, claim_until)",
+    "intents_finished_mysql_idx": "(state, updated_at)",
 }
 
 
