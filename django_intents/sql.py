@@ -49,6 +49,7 @@ class Statements:
     cancel_claim: str
     complete_pending: str
     retry_now: str
+    release: str
     cancel: str
     exhausted_select: str
     exhausted_cancel: str
@@ -64,7 +65,7 @@ def _build(connection: BaseDatabaseWrapper) -> Statements:
     q = connection.ops.quote_name
     vendor = connection.vendor
     table = q(Intent._meta.db_table)
-    columns = tuple(field.column for field in Intent._meta.concrete_fields)
+    columns = tuple(str(field.column) for field in Intent._meta.concrete_fields)
     cols = ", ".join(q(c) for c in columns)
     returning = vendor in ("postgresql", "sqlite")
     ret_kind = " RETURNING kind" if returning else ""
@@ -82,6 +83,12 @@ def _build(connection: BaseDatabaseWrapper) -> Statements:
             f"updated_at = %s WHERE id = %s AND {ACTIVE} RETURNING kind) "
             f"SELECT kind, pg_notify('{NOTIFY_CHANNEL}', kind) FROM upd"
         )
+        # A released intent is due now: wake idle pools as an enqueue would.
+        release_sql = (
+            f"WITH upd AS (UPDATE {table} SET state = 'pending', next_at = %s, {CLEAR_CLAIM}, "
+            f"updated_at = %s {FENCE} RETURNING kind) "
+            f"SELECT kind, pg_notify('{NOTIFY_CHANNEL}', kind) FROM upd"
+        )
     elif vendor == "sqlite":
         insert = (
             f"INSERT INTO {table} ({cols}) VALUES {{rows}} "
@@ -95,6 +102,10 @@ def _build(connection: BaseDatabaseWrapper) -> Statements:
         retry_now_sql = (
             f"UPDATE {table} SET state = 'pending', next_at = %s, {CLEAR_CLAIM}, "
             f"updated_at = %s WHERE id = %s AND {ACTIVE}{ret_kind}"
+        )
+        release_sql = (
+            f"UPDATE {table} SET state = 'pending', next_at = %s, {CLEAR_CLAIM}, "
+            f"updated_at = %s {FENCE}{ret_kind}"
         )
 
     # The inner SELECT is the fence between claimers: it locks the rows it
@@ -159,6 +170,7 @@ def _build(connection: BaseDatabaseWrapper) -> Statements:
             f"WHERE id = %s AND state = 'pending'{ret_kind}"
         ),
         retry_now=retry_now_sql,
+        release=release_sql,
         cancel=(
             f"UPDATE {table} SET state = 'cancelled', {CLEAR_CLAIM}, updated_at = %s "
             f"WHERE id = %s AND {ACTIVE}{ret_kind}"
