@@ -2,7 +2,9 @@
 
 from importlib.metadata import PackageNotFoundError, version
 
+from .attempt import Attempt
 from .exceptions import ClaimLost, Stop
+from .handlers import handler
 from .identity import intent_id
 from .schedule import backoff
 
@@ -11,4 +13,4 @@ try:
 except PackageNotFoundError:  # pragma: no cover - running from a source tree
     __version__ = "0.0.0"
 
-__all__ = ["ClaimLost", "Stop", "__version__", "backoff", "intent_id"]
+__all__ = ["Attempt", "ClaimLost", "Stop", "__version__", "backoff", "handler", "intent_id"]

@@ -9,6 +9,7 @@ taken over holds a token that no longer matches anything.
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import secrets
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -166,10 +167,14 @@ class IntentManager(models.Manager.from_queryset(IntentQuerySet)):  # type: igno
     def _insert(self, rows: Sequence[dict[str, Any]]) -> None:
         conn = self._connection()
         st = sql.statements(conn)
-        prepared = [_db_values(conn, st, row) for row in rows]
-        statement = st.insert.replace("{rows}", ", ".join([st.values_group()] * len(rows)))
+        if st.insert_json:
+            statement, params = st.insert_json, [_json_rows(rows)]
+        else:
+            prepared = [_db_values(conn, st, row) for row in rows]
+            statement = st.insert.replace("{rows}", ", ".join([st.values_group()] * len(rows)))
+            params = [value for row in prepared for value in row]
         with conn.cursor() as cursor:
-            cursor.execute(statement, [value for row in prepared for value in row])
+            cursor.execute(statement, params)
             kinds = [row[0] for row in cursor.fetchall()]
         _announce(conn, "pending", kinds)
 
@@ -245,7 +250,7 @@ class IntentManager(models.Manager.from_queryset(IntentQuerySet)):  # type: igno
         width = len(st.columns)
         intents = _from_rows(conn, st, [row[:width] for row in rows])
         return [
-            (intent, row[width + 2] if row[width + 1] == "running" else None)
+            (intent, row[width + 1] if row[width] == "running" else None)
             for intent, row in zip(intents, rows, strict=True)
         ]
 
@@ -391,6 +396,23 @@ class IntentManager(models.Manager.from_queryset(IntentQuerySet)):  # type: igno
         conn = self._connection()
         args = [_error_text(cause), _dt(conn, _now(now)), check_id(id), _token(claim_token)]
         return self._transition(conn, sql.statements(conn).cancel_claim, args, id, "cancelled")
+
+    def release(
+        self,
+        id: str,  # noqa: A002
+        claim_token: str,
+        *,
+        now: datetime | None = None,
+    ) -> bool:
+        """Hand an unfinished claim back: ``pending`` and due now, ``attempts`` kept.
+
+        A worker shutting down releases the intents its handlers did not finish,
+        so they run again at once instead of waiting for the lease to expire.
+        """
+        conn = self._connection()
+        at = _dt(conn, _now(now))
+        args = [at, at, check_id(id), _token(claim_token)]
+        return self._transition(conn, sql.statements(conn).release, args, id, "pending")
 
     def complete_pending(self, id: str, *, now: datetime | None = None) -> bool:  # noqa: A002
         """Mark a pending intent done because the caller did the work inline."""
@@ -543,11 +565,25 @@ def _db_values(conn: BaseDatabaseWrapper, st: sql.Statements, row: dict[str, Any
     for column in st.columns:
         value = row[column]
         if column == "payload":
-            value = payload.get_db_prep_save(value, conn)  # type: ignore[union-attr]
+            value = payload.get_db_prep_save(value, conn)
         elif isinstance(value, datetime):
             value = _dt(conn, value)
         values.append(value)
     return values
+
+
+def _json_rows(rows: Sequence[dict[str, Any]]) -> str:
+    """The rows as one JSON array for ``insert_json``; payloads were checked by ``_check_json``."""
+    return json.dumps(
+        [
+            {
+                column: value.isoformat() if isinstance(value, datetime) else value
+                for column, value in row.items()
+                if column in sql.JSON_COLUMNS
+            }
+            for row in rows
+        ]
+    )
 
 
 def _from_rows(

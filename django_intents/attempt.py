@@ -1,0 +1,91 @@
+"""One run of a handler on one claimed intent, and what the handler can ask of it.
+
+The worker sets ``cancelled`` when the claim is lost (an administrator retried
+or cancelled the intent, another worker took over an expired lease) or when
+the pool shuts down; a long handler should look at it between steps. The
+claim token is the only truth, though: ``atomic()`` checks it inside the
+handler's own transaction, so a handler's writes can never outlive its claim.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from django.db import router, transaction
+
+from .exceptions import ClaimLost
+
+if TYPE_CHECKING:
+    from .models import Intent
+
+
+class Attempt:
+    """Passed to every handler with its intent: ``handler(intent, attempt)``.
+
+    To unit-test a handler, claim an intent and pass ``Attempt(intent)``.
+    """
+
+    def __init__(self, intent: Intent, *, using: str | None = None) -> None:
+        self.intent = intent
+        self.cancelled = threading.Event()
+        self._using = using
+        self._lost = False
+        self._completed = False
+
+    def __repr__(self) -> str:
+        return f"<Attempt {self.intent.kind} {self.intent.id[:12]} #{self.intent.attempts}>"
+
+    @property
+    def lost(self) -> bool:
+        """True once the claim is known to be gone; ``cancelled`` alone may mean shutdown."""
+        return self._lost
+
+    @property
+    def completed(self) -> bool:
+        """True once ``atomic()`` committed the completion: the worker records nothing more."""
+        return self._completed
+
+    def check(self) -> None:
+        """Raise ``ClaimLost`` if the attempt was cancelled; call it between steps."""
+        if self.cancelled.is_set():
+            reason = "its claim was lost" if self._lost else "the worker is shutting down"
+            raise ClaimLost(f"attempt on intent {self.intent.id} was cancelled: {reason}")
+
+    @contextlib.contextmanager
+    def atomic(self) -> Iterator[None]:
+        """Commit the block's writes and the intent's completion together, or neither.
+
+        The completion is fenced by the claim token inside the block's
+        transaction: if the claim was fenced first, ``ClaimLost`` is raised and
+        the writes roll back. ``cancelled`` is deliberately not consulted: during
+        a shutdown the claim is still valid and a result may still be recorded.
+        """
+        from .models import Intent
+
+        if self._completed:
+            raise RuntimeError(f"{self!r} already completed its intent in attempt.atomic()")
+        using = self._using or router.db_for_write(Intent)
+        if transaction.get_connection(using).in_atomic_block:
+            # Inside an outer transaction the completion would only be durable
+            # when that one commits, and the worker would not know if it did.
+            raise RuntimeError("attempt.atomic() must not be nested in another transaction")
+        with transaction.atomic(using=using):
+            yield
+            manager = Intent.objects.db_manager(using)
+            if not manager.complete(self.intent.id, self.intent.claim_token):
+                self._lost = True
+                raise ClaimLost(
+                    f"intent {self.intent.id} was fenced before its attempt committed; "
+                    "the block's writes were rolled back"
+                )
+        self._completed = True
+
+    # -- used by the worker ------------------------------------------------------
+
+    def _lose(self) -> None:
+        """Mark the claim as gone and tell the handler to stop."""
+        self._lost = True
+        self.cancelled.set()

@@ -1,0 +1,204 @@
+"""``manage.py run_intent_workers``: a thin adapter from options to a :class:`WorkerPool`.
+
+Everything a user can get wrong on the command line is refused here, before a
+single intent is claimed: bad numbers by the ``type=`` functions, a kind
+without a handler and a kind registered twice by ``handle()``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from typing import Any
+
+from django.core.exceptions import ImproperlyConfigured
+from django.core.management.base import BaseCommand, CommandError
+
+from ...conf import get_settings
+from ...handlers import discover
+from ...identity import check_text
+from ...worker import WorkerPool
+
+
+def positive_int(value: str) -> int:
+    try:
+        parsed = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
+    if parsed < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {parsed}")
+    return parsed
+
+
+def seconds(value: str, *, allow_zero: bool = False) -> float:
+    try:
+        parsed = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number of seconds") from None
+    if not (parsed >= 0 if allow_zero else parsed > 0) or parsed == float("inf"):
+        limit = ">= 0" if allow_zero else "> 0"
+        raise argparse.ArgumentTypeError(f"must be a number of seconds {limit}, not {value!r}")
+    return parsed
+
+
+def positive_seconds(value: str) -> float:
+    return seconds(value)
+
+
+def grace_seconds(value: str) -> float:
+    return seconds(value, allow_zero=True)
+
+
+def kind_list(value: str) -> list[str]:
+    kinds = [kind.strip() for kind in value.split(",") if kind.strip()]
+    if not kinds:
+        raise argparse.ArgumentTypeError("expected a comma-separated list of kinds")
+    try:
+        return [check_text("kind", kind) for kind in kinds]
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def port(value: str) -> int:
+    try:
+        parsed = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a port number") from None
+    if not 0 <= parsed <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a port number from 0 to 65535, not {parsed}")
+    return parsed
+
+
+class Command(BaseCommand):
+    help = "Run a pool of workers that claim due intents and run their handlers."
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(
+            "--workers",
+            type=positive_int,
+            metavar="N",
+            help="concurrent workers (threads); default INTENTS['WORKERS']",
+        )
+        parser.add_argument(
+            "--kinds",
+            type=kind_list,
+            metavar="A,B",
+            help="only claim these kinds (default: every kind with a handler)",
+        )
+        parser.add_argument(
+            "--lease",
+            type=positive_seconds,
+            metavar="SECONDS",
+            help="lease of each claim; default INTENTS['LEASE']",
+        )
+        parser.add_argument(
+            "--renew",
+            type=positive_seconds,
+            metavar="SECONDS",
+            help="renewal period, shorter than the lease; default lease / 3",
+        )
+        parser.add_argument(
+            "--drain",
+            action="store_true",
+            help="exit 0 once no intent of the pool's kinds is due",
+        )
+        parser.add_argument(
+            "--grace",
+            type=grace_seconds,
+            default=10.0,
+            metavar="SECONDS",
+            help="on SIGTERM/SIGINT, how long running handlers may finish (default 10)",
+        )
+        parser.add_argument(
+            "--db-error-timeout",
+            type=positive_seconds,
+            metavar="SECONDS",
+            help="exit non-zero after database errors for this long; "
+            "default INTENTS['DB_ERROR_TIMEOUT']",
+        )
+        parser.add_argument(
+            "--metrics-port",
+            type=port,
+            metavar="PORT",
+            help="serve Prometheus /metrics and /healthz on this port",
+        )
+        parser.add_argument(
+            "--metrics-addr",
+            default="127.0.0.1",
+            metavar="ADDRESS",
+            help="address for --metrics-port (default 127.0.0.1)",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        _configure_logging(options["verbosity"])
+        try:
+            settings = get_settings()
+            handlers = discover()
+        except ImproperlyConfigured as exc:
+            raise CommandError(str(exc)) from exc
+        if options["kinds"] is not None:
+            missing = sorted(set(options["kinds"]) - set(handlers))
+            if missing:
+                known = ", ".join(sorted(handlers)) or "none"
+                raise CommandError(f"no handler for kind(s) {', '.join(missing)} (known: {known})")
+            handlers = {kind: handlers[kind] for kind in options["kinds"]}
+        if not handlers:
+            raise CommandError(
+                "no handlers: register some with @django_intents.handler(kind) in an app's "
+                "handlers.py, or in INTENTS['HANDLERS']"
+            )
+        lease = options["lease"] if options["lease"] is not None else settings.lease
+        renew = options["renew"]
+        if renew is None:
+            renew = settings.renew_interval if options["lease"] is None else lease / 3
+        if renew >= lease:
+            raise CommandError(
+                f"--renew ({renew:g} s) must be shorter than the lease ({lease:g} s)"
+            )
+
+        pool = WorkerPool(
+            handlers=handlers,
+            workers=options["workers"],
+            lease=lease,
+            renew=renew,
+            grace=options["grace"],
+            drain=options["drain"],
+            db_error_timeout=options["db_error_timeout"],
+        )
+        server = None
+        if options["metrics_port"] is not None:
+            server = self._serve_metrics(options["metrics_addr"], options["metrics_port"], pool)
+        try:
+            status = pool.run()
+        finally:
+            close = getattr(server, "close", None)
+            if close is not None:
+                close()
+        if status:
+            sys.exit(status)
+
+    def _serve_metrics(self, addr: str, port: int, pool: WorkerPool) -> object:
+        try:
+            from ...metrics import serve
+        except ImportError as exc:
+            raise CommandError(f"--metrics-port needs django_intents.metrics: {exc}") from exc
+        try:
+            server = serve(addr, port, pool.healthy)
+        except OSError as exc:
+            raise CommandError(f"cannot serve metrics on {addr}:{port}: {exc}") from exc
+        logging.getLogger("django_intents.worker").info(
+            "serving /metrics and /healthz on %s:%s", addr, getattr(server, "port", port)
+        )
+        return server
+
+
+def _configure_logging(verbosity: int) -> None:
+    """Make the pool's log lines visible unless ``LOGGING`` already routes them."""
+    logger = logging.getLogger("django_intents")
+    if logger.level == logging.NOTSET:
+        logger.setLevel({0: logging.WARNING, 1: logging.INFO}.get(verbosity, logging.DEBUG))
+    if not logger.hasHandlers():
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        logger.addHandler(handler)

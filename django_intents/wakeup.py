@@ -1,0 +1,152 @@
+"""How an idle pool is woken: a self-pipe alarm, and PostgreSQL ``LISTEN``.
+
+The pool's loop sleeps in ``select()`` on one end of a socket pair. Anything
+that may have made work available rings it: a worker thread that finished (a
+slot is free), the listener below (an intent was enqueued), a signal handler
+(shut down). Writing one byte to a socket is safe from a signal handler, where
+``threading.Event.set()`` could deadlock on a lock the interrupted code holds.
+
+On PostgreSQL, enqueue, ``retry_now`` and ``release`` run ``pg_notify`` in their
+own statement, so the notification is delivered when that transaction commits
+and never for a rolled-back enqueue. The listener holds a connection of its
+own (``LISTEN`` is per session, and the pool's connections are closed and
+reopened between iterations), so an idle pool starts new work within
+milliseconds instead of at its next poll.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import logging
+import select
+import socket
+import threading
+from collections.abc import Callable, Collection
+from typing import Any
+
+from django.db import connections
+from django.db.backends.base.base import BaseDatabaseWrapper
+
+from .sql import NOTIFY_CHANNEL
+
+log = logging.getLogger(__name__)
+
+
+class Alarm:
+    """A self-pipe: any thread, or a signal handler, can wake a sleeping loop."""
+
+    def __init__(self) -> None:
+        self._read, self._write = socket.socketpair()
+        self._read.setblocking(False)
+        self._write.setblocking(False)
+
+    def ring(self) -> None:
+        # A full buffer already means "wake up"; a closed one means nobody listens.
+        with contextlib.suppress(OSError):
+            self._write.send(b"\0")
+
+    def sleep(self, timeout: float) -> None:
+        """Sleep until rung or ``timeout`` seconds pass; forget the rings so far."""
+        select.select([self._read], [], [], max(timeout, 0.0))
+        with contextlib.suppress(OSError):
+            while self._read.recv(4096):
+                pass
+
+    def close(self) -> None:
+        self._read.close()
+        self._write.close()
+
+
+def listen_supported(connection: BaseDatabaseWrapper) -> bool:
+    """Whether ``connection`` can deliver notifications: PostgreSQL with psycopg >= 3.2."""
+    if connection.vendor != "postgresql":
+        return False
+    from django.db.backends.postgresql.psycopg_any import is_psycopg3
+
+    if not is_psycopg3:
+        return False
+    import psycopg
+
+    return "timeout" in inspect.signature(psycopg.Connection.notifies).parameters
+
+
+class Listener:
+    """``LISTEN`` on a dedicated connection and call ``wake`` for the pool's kinds.
+
+    Runs in a daemon thread. A lost connection is reopened with backoff; until
+    it is, the pool's polling still finds every intent, only later.
+    """
+
+    #: How long one wait for notifications lasts: bounds how late ``stop()`` is seen.
+    WAIT = 0.5
+
+    def __init__(self, *, using: str, kinds: Collection[str], wake: Callable[[], None]) -> None:
+        self._using = using
+        self._kinds = frozenset(kinds)
+        self._wake = wake
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="intents-listener", daemon=True)
+        self.listening = threading.Event()
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float = 2.0) -> None:
+        self._stopped.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        delay, failed = 0.5, False
+        while not self._stopped.is_set():
+            wrapper = None
+            try:
+                wrapper = self._connect()
+                with wrapper.cursor() as cursor:
+                    cursor.execute(f"LISTEN {wrapper.ops.quote_name(NOTIFY_CHANNEL)}")
+                if failed:
+                    log.info("LISTEN connection is back; wake-ups are immediate again")
+                else:
+                    log.info("listening for new intents (LISTEN %s)", NOTIFY_CHANNEL)
+                self.listening.set()
+                delay, failed = 0.5, False
+                # Anything enqueued while nobody listened is found by this wake-up.
+                self._wake()
+                self._receive(wrapper.connection)
+            except Exception as exc:  # a listener must outlive any error: polling covers
+                failed = True
+                if self._stopped.is_set():
+                    break
+                log.warning(
+                    "LISTEN connection failed (%s: %s); polling until it is back, retry in %.1f s",
+                    type(exc).__name__,
+                    " ".join(str(exc).split()),
+                    delay,
+                )
+                self._stopped.wait(delay)
+                delay = min(delay * 2, 10.0)
+            finally:
+                self.listening.clear()
+                if wrapper is not None:
+                    with contextlib.suppress(Exception):
+                        wrapper.close()
+
+    def _receive(self, raw: Any) -> None:
+        while not self._stopped.is_set():
+            for notification in raw.notifies(timeout=self.WAIT):
+                if notification.payload in self._kinds:
+                    self._wake()
+
+    def _connect(self) -> BaseDatabaseWrapper:
+        """Open a connection with the alias's settings, but never from a pool.
+
+        A pooled connection would go back to the pool still listening.
+        """
+        base = connections[self._using]
+        options = {k: v for k, v in base.settings_dict.get("OPTIONS", {}).items() if k != "pool"}
+        wrapper: BaseDatabaseWrapper = type(base)(
+            {**base.settings_dict, "OPTIONS": options}, self._using
+        )
+        wrapper.ensure_connection()
+        return wrapper

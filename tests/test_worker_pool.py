@@ -1,0 +1,409 @@
+"""The pool in this process: outcomes, batching, renewal, fencing, health, retention, LISTEN.
+
+Handlers here are plain functions handed to ``WorkerPool``; the pool runs in a
+thread of its own where a test needs to act while it runs. Real processes and
+signals are in test_worker_process.py.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+import types
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+from django.db import OperationalError, connection, connections, transaction
+from django.test import override_settings
+from django.utils import timezone
+
+from django_intents import Stop, signals
+from django_intents import worker as worker_module
+from django_intents.managers import IntentManager
+from django_intents.models import Intent
+from django_intents.wakeup import Listener, listen_supported
+from django_intents.worker import WorkerPool
+
+from .conftest import row
+from .workerutil import wait_for
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def finished() -> Iterator[list[dict[str, Any]]]:
+    """Every ``attempt_finished`` signal sent while the test runs."""
+    sent: list[dict[str, Any]] = []
+
+    def receiver(sender: Any, **kwargs: Any) -> None:
+        sent.append({"sender": sender, **kwargs})
+
+    signals.attempt_finished.connect(receiver, dispatch_uid="test_worker_pool")
+    yield sent
+    signals.attempt_finished.disconnect(dispatch_uid="test_worker_pool")
+
+
+class Background:
+    """Run a pool in a thread; ``finish()`` stops it and returns its exit status."""
+
+    def __init__(self, pool: WorkerPool) -> None:
+        self.pool = pool
+        self.status: int | None = None
+        self.thread = threading.Thread(target=self._run, name="test-pool")
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.status = self.pool.run()
+        finally:
+            connections.close_all()
+
+    def finish(self, timeout: float = 15.0) -> int | None:
+        self.pool.stop()
+        return self.join(timeout)
+
+    def join(self, timeout: float = 30.0) -> int | None:
+        self.thread.join(timeout)
+        assert not self.thread.is_alive(), f"the pool still runs after {timeout:g} s"
+        return self.status
+
+
+@pytest.fixture
+def background() -> Iterator[Callable[[WorkerPool], Background]]:
+    started: list[Background] = []
+
+    def start(pool: WorkerPool) -> Background:
+        started.append(Background(pool))
+        return started[-1]
+
+    yield start
+    for running in started:
+        running.finish()
+
+
+def pool(handlers: dict[str, Callable[..., Any]], **kwargs: Any) -> WorkerPool:
+    kwargs.setdefault("workers", 2)
+    kwargs.setdefault("poll_interval", 0.05)
+    return WorkerPool(handlers=handlers, handle_signals=False, **kwargs)
+
+
+def enqueue(kind: str, n: int = 1, payload: Any = None) -> list[str]:
+    return [Intent.objects.enqueue(kind, f"event-{i}", "target", payload) for i in range(n)]
+
+
+def test_drain_records_every_outcome_and_sends_attempt_finished_for_each(background, finished):
+    def ok(intent, attempt):
+        pass
+
+    def fail(intent, attempt):
+        raise KeyError("missing")
+
+    def stop(intent, attempt):
+        raise Stop("gone")
+
+    def fenced_then_ok(intent, attempt):
+        if intent.attempts == 1:  # an administrator acts while the handler runs
+            assert Intent.objects.retry_now(intent.id)
+
+    (ok_id,) = enqueue("p.ok")
+    (fail_id,) = enqueue("p.fail")
+    (stop_id,) = enqueue("p.stop")
+    (fenced_id,) = enqueue("p.fenced")
+    # Earlier attempts, so the retry backs off a minute and is not due again during the drain.
+    Intent.objects.filter(pk=fail_id).update(attempts=5)
+    handlers = {"p.ok": ok, "p.fail": fail, "p.stop": stop, "p.fenced": fenced_then_ok}
+
+    assert background(pool(handlers, drain=True)).join() == 0
+
+    assert row(ok_id).state == Intent.State.COMPLETED
+    failed = row(fail_id)
+    assert (failed.state, failed.last_error) == (Intent.State.PENDING, "KeyError: 'missing'")
+    assert failed.next_at > timezone.now()
+    assert (row(stop_id).state, row(stop_id).last_error) == (Intent.State.CANCELLED, "gone")
+    assert (row(fenced_id).state, row(fenced_id).attempts) == (Intent.State.COMPLETED, 2)
+    outcomes = sorted((signal["kind"], signal["outcome"]) for signal in finished)
+    assert outcomes == [
+        ("p.fail", "error"),
+        ("p.fenced", "fenced"),
+        ("p.fenced", "success"),
+        ("p.ok", "success"),
+        ("p.stop", "stopped"),
+    ]
+    for signal in finished:
+        assert signal["sender"] is Intent
+        assert isinstance(signal["intent"], Intent)
+        assert signal["intent"].kind == signal["kind"]
+        assert isinstance(signal["duration"], float)
+        assert signal["duration"] >= 0
+
+
+def test_claims_no_more_than_the_idle_workers_and_in_batches(background, monkeypatch):
+    calls: list[tuple[int, int]] = []
+    claim_many = IntentManager.claim_many
+
+    def spy(self, limit, **kwargs):
+        claimed = claim_many(self, limit, **kwargs)
+        calls.append((limit, len(claimed)))
+        return claimed
+
+    def slow(intent, attempt):
+        time.sleep(0.05)
+
+    monkeypatch.setattr(IntentManager, "claim_many", spy)
+    ids = enqueue("p.slow", 9)
+
+    assert background(pool({"p.slow": slow}, workers=3, drain=True)).join() == 0
+
+    assert all(row(id).state == Intent.State.COMPLETED for id in ids)
+    assert calls[0] == (3, 3)
+    assert all(limit <= 3 for limit, _ in calls)
+    assert sum(got for _, got in calls) == 9
+
+
+def test_a_kind_without_a_handler_in_the_pool_is_not_claimed(background):
+    (other,) = enqueue("p.other")
+    (mine,) = enqueue("p.mine")
+    assert background(pool({"p.mine": lambda intent, attempt: None}, drain=True)).join() == 0
+    assert row(mine).state == Intent.State.COMPLETED
+    assert (row(other).state, row(other).attempts) == (Intent.State.PENDING, 0)
+
+
+def test_an_idle_pool_claims_only_when_something_is_due_if_claiming_takes_the_write_lock(
+    background, monkeypatch
+):
+    calls: list[int] = []
+    claim_many = IntentManager.claim_many
+
+    def spy(self, limit, **kwargs):
+        calls.append(limit)
+        return claim_many(self, limit, **kwargs)
+
+    monkeypatch.setattr(IntentManager, "claim_many", spy)
+    running = background(pool({"p.idle": lambda intent, attempt: None}))
+    wait_for(running.pool.healthy, "a running pool")
+    time.sleep(0.5)
+
+    if connection.features.has_select_for_update_skip_locked:
+        assert calls, "an idle pool claims directly where claims skip locked rows"
+    else:
+        assert calls == [], "an idle SQLite pool took the write lock with nothing due"
+    (id,) = enqueue("p.idle")
+    wait_for(lambda: row(id).state == Intent.State.COMPLETED, "the intent")
+    assert running.finish() == 0
+
+
+def test_leases_are_renewed_while_a_long_handler_runs(background):
+    seen: list[Any] = []
+
+    def slow(intent, attempt):
+        attempt.cancelled.wait(2.5)
+
+    (id,) = enqueue("p.slow")
+    running = background(pool({"p.slow": slow}, lease=1.0, renew=0.25))
+    first = wait_for(lambda: row(id).claim_until if row(id).state == "running" else None, "claim")
+    # Past the first lease, another claimer still finds nothing: the lease was renewed.
+    time.sleep(1.5)
+    seen.append(Intent.objects.claim(kinds=["p.slow"]))
+    assert row(id).claim_until > first + timedelta(seconds=1)
+    wait_for(lambda: row(id).state == Intent.State.COMPLETED, "completion")
+    assert running.finish() == 0
+    assert seen == [None]
+    assert row(id).attempts == 1
+
+
+def test_a_fenced_renewal_cancels_the_attempt_and_drops_its_result(background, finished):
+    noticed = threading.Event()
+
+    def watch(intent, attempt):
+        if intent.attempts == 1 and attempt.cancelled.wait(10):
+            noticed.set()  # and return normally: a stale success that must not count
+
+    (id,) = enqueue("p.watch")
+    running = background(pool({"p.watch": watch}, workers=1, lease=1.2, renew=0.3))
+    wait_for(lambda: row(id).state == Intent.State.RUNNING, "the claim")
+
+    assert Intent.objects.cancel(id)
+
+    assert noticed.wait(5), "attempt.cancelled was not set after the claim was fenced"
+    wait_for(lambda: finished, "attempt_finished")
+    assert running.finish() == 0
+    assert [signal["outcome"] for signal in finished] == ["fenced"]
+    fresh = row(id)
+    assert (fresh.state, fresh.attempts, fresh.claim_token) == (Intent.State.CANCELLED, 1, "")
+
+
+def test_a_renewal_that_keeps_failing_cancels_the_attempt_once_the_lease_ran_out(
+    background, finished, monkeypatch
+):
+    def broken_renew(self, *args, **kwargs):
+        raise OperationalError("renewal refused (test)")
+
+    monkeypatch.setattr(IntentManager, "renew", broken_renew)
+    noticed = threading.Event()
+
+    def watch(intent, attempt):
+        if intent.attempts == 1 and attempt.cancelled.wait(10):
+            noticed.set()  # and return normally: a success that must not be recorded
+
+    (id,) = enqueue("p.watch")
+    running = background(pool({"p.watch": watch}, workers=1, lease=1.0, renew=0.2))
+
+    assert noticed.wait(10), "attempt.cancelled was not set when the lease ran out"
+    # The first result was discarded and the lease left to expire, so the intent
+    # was claimed again (by this pool, the only one) and completed by attempt 2.
+    wait_for(lambda: row(id).state == Intent.State.COMPLETED, "the rescue")
+    assert running.finish() == 0
+    assert [signal["outcome"] for signal in finished] == ["fenced", "success"]
+    assert [signal["intent"].attempts for signal in finished] == [1, 2]
+    assert row(id).attempts == 2
+
+
+def test_stop_cancels_running_attempts_and_a_handler_giving_up_is_released_at_once(background):
+    def patient(intent, attempt):
+        attempt.cancelled.wait(30)
+        attempt.check()
+
+    (id,) = enqueue("p.patient")
+    running = background(pool({"p.patient": patient}, grace=30.0))
+    wait_for(lambda: row(id).state == Intent.State.RUNNING, "the claim")
+    stopped_at = timezone.now()
+
+    assert running.finish(timeout=10) == 0
+
+    fresh = row(id)
+    assert (fresh.state, fresh.claim_token, fresh.attempts) == (Intent.State.PENDING, "", 1)
+    assert stopped_at <= fresh.next_at <= timezone.now()
+
+
+def test_healthy_while_the_loop_runs_and_not_after_it_stopped(background):
+    subject = pool({"p.idle": lambda intent, attempt: None})
+    assert not subject.healthy()
+    running = background(subject)
+    wait_for(subject.healthy, "a healthy pool")
+    assert running.finish() == 0
+    assert not subject.healthy()
+
+
+def test_healthy_turns_false_when_the_database_is_not_reached_lately(background, monkeypatch):
+    subject = pool({"p.due": lambda intent, attempt: None}, db_error_timeout=60.0)
+    running = background(subject)
+    wait_for(subject.healthy, "a healthy pool")
+
+    def unreachable(self, *args, **kwargs):
+        raise OperationalError("database down (test)")
+
+    monkeypatch.setattr(IntentManager, "claim_many", unreachable)
+    (id,) = enqueue("p.due")  # so that the pool does try to claim
+    monkeypatch.setattr(subject, "_health_window", 0.3)
+    wait_for(lambda: not subject.healthy(), "an unhealthy pool", timeout=5)
+    monkeypatch.undo()
+    wait_for(subject.healthy, "the pool healthy again", timeout=10)
+    wait_for(lambda: row(id).state == Intent.State.COMPLETED, "the intent, after the outage")
+    assert running.finish() == 0
+    assert row(id).attempts == 1
+
+
+def test_database_errors_past_the_timeout_end_the_run_with_status_1(
+    background, monkeypatch, caplog
+):
+    def unreachable(self, *args, **kwargs):
+        raise OperationalError("database down (test)")
+
+    monkeypatch.setattr(IntentManager, "claim_many", unreachable)
+    (id,) = enqueue("p.due")  # so that the pool does try to claim
+    running = background(pool({"p.due": lambda intent, attempt: None}, db_error_timeout=0.5))
+
+    assert running.join(15) == 1
+    assert (row(id).state, row(id).attempts) == (Intent.State.PENDING, 0)
+
+    errors = [record for record in caplog.records if record.levelname == "ERROR"]
+    assert len(errors) == 1
+    assert "database unavailable" in errors[0].getMessage()
+    assert "OperationalError: database down (test)" in errors[0].getMessage()
+
+
+@pytest.fixture
+def fake_retention(monkeypatch) -> list[dict[str, Any]]:
+    calls: list[dict[str, Any]] = []
+    module = types.ModuleType("django_intents.retention")
+    module.prune = lambda now=None, **kwargs: calls.append(kwargs)  # type: ignore[attr-defined]
+    monkeypatch.setitem(__import__("sys").modules, "django_intents.retention", module)
+    monkeypatch.setattr(worker_module, "PRUNE_INTERVAL", 0.1)
+    return calls
+
+
+@override_settings(INTENTS={"RETENTION": {"completed": {"delete": timedelta(days=7)}}})
+def test_with_retention_set_the_pool_prunes_one_small_batch_at_a_time(background, fake_retention):
+    running = background(pool({"p.idle": lambda intent, attempt: None}))
+    wait_for(lambda: len(fake_retention) >= 2, "two prune calls")
+    assert running.finish() == 0
+    assert fake_retention[0] == {"batch_size": worker_module.PRUNE_BATCH_SIZE, "max_batches": 1}
+
+
+def test_without_retention_the_pool_never_prunes(background, fake_retention):
+    running = background(pool({"p.idle": lambda intent, attempt: None}))
+    wait_for(running.pool.healthy, "a running pool")
+    time.sleep(0.5)
+    assert running.finish() == 0
+    assert fake_retention == []
+
+
+def test_listen_is_used_exactly_on_postgresql():
+    assert listen_supported(connection) is (connection.vendor == "postgresql")
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="LISTEN/NOTIFY is PostgreSQL's")
+def test_listener_wakes_on_commit_for_its_own_kinds_only():
+    woken = threading.Event()
+    listener = Listener(using="default", kinds={"p.mine"}, wake=woken.set)
+    listener.start()
+    try:
+        assert listener.listening.wait(10), "the listener did not connect"
+        time.sleep(0.2)
+        woken.clear()  # the wake-up it gives when it (re)connects
+
+        enqueue("p.other")
+        assert not woken.wait(0.5), "woken by another kind"
+        with transaction.atomic():
+            enqueue("p.mine")
+            assert not woken.wait(0.5), "woken before the enqueue committed"
+        assert woken.wait(5), "not woken after the enqueue committed"
+
+        woken.clear()
+        claimed = Intent.objects.claim(kinds=["p.mine"])
+        assert Intent.objects.release(claimed.id, claimed.claim_token)
+        assert woken.wait(5), "not woken by a release"
+    finally:
+        listener.stop()
+
+
+def test_the_command_drains_in_process_as_the_docs_suggest_for_tests(monkeypatch):
+    logger = logging.getLogger("django_intents")
+    monkeypatch.setattr(logger, "level", logger.level)
+    monkeypatch.setattr(logger, "handlers", list(logger.handlers))
+    (id,) = enqueue("test.ok")
+
+    call_command("run_intent_workers", "--drain", "--kinds", "test.ok")
+
+    assert row(id).state == Intent.State.COMPLETED
+
+
+def test_throughput_is_logged_periodically(background, caplog):
+    caplog.set_level(logging.INFO, logger="django_intents")
+    ids = enqueue("p.ok", 3)
+    running = background(pool({"p.ok": lambda intent, attempt: None}, report_interval=0.2))
+
+    def reported() -> list[re.Match[str]]:
+        pattern = r"attempt\(s\) finished in the last .* (\d+) success, (\d+) error"
+        return [m for r in caplog.records if (m := re.search(pattern, r.getMessage()))]
+
+    wait_for(lambda: sum(int(m[1]) for m in reported()) >= 3, "throughput lines counting them")
+    assert running.finish() == 0
+    assert all(row(id).state == Intent.State.COMPLETED for id in ids)
+    assert sum(int(m[1]) for m in reported()) == 3
+    assert sum(int(m[2]) for m in reported()) == 0

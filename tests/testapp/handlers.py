@@ -1,0 +1,88 @@
+"""Handlers the worker tests run, discovered like any app's ``handlers.py``.
+
+Each one leaves ``Effect`` rows behind, so a test in another process can see
+what ran, in which attempt, and when it noticed ``attempt.cancelled``. Kinds
+are prefixed ``test.`` to stay out of the way of anything else registered.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from django_intents import Attempt, Stop, handler
+from django_intents.models import Intent
+
+from .models import Effect
+
+# Longest any handler waits for something; far beyond every test's own timeout.
+PATIENCE = 60.0
+
+
+def note(intent: Intent, text: str) -> None:
+    Effect.objects.create(intent_id=intent.id, claim_token=intent.claim_token, note=text)
+
+
+def options(intent: Intent) -> dict[str, Any]:
+    return intent.payload if isinstance(intent.payload, dict) else {}
+
+
+@handler("test.ok")
+def ok(intent: Intent, attempt: Attempt) -> None:
+    note(intent, f"ok {intent.attempts}")
+
+
+@handler("test.fail")
+def fail(intent: Intent, attempt: Attempt) -> None:
+    raise ValueError(f"boom {options(intent).get('n')}")
+
+
+@handler("test.stop")
+def stop(intent: Intent, attempt: Attempt) -> None:
+    raise Stop("gone for good")
+
+
+@handler("test.sleepy")
+def sleepy(intent: Intent, attempt: Attempt) -> None:
+    """Sleep ``seconds``, watching ``attempt.cancelled`` unless told to ignore it.
+
+    ``on_cancel``: ``"raise"`` (``attempt.check()``), ``"return"`` (return at once)
+    or ``"ignore"`` (sleep on). Only attempts up to ``slow_attempts`` sleep.
+    """
+    opts = options(intent)
+    note(intent, f"start {intent.attempts}")
+    if intent.attempts > opts.get("slow_attempts", intent.attempts):
+        return
+    on_cancel = opts.get("on_cancel", "raise")
+    deadline = time.monotonic() + opts.get("seconds", PATIENCE)
+    while (left := deadline - time.monotonic()) > 0:
+        if on_cancel == "ignore":
+            time.sleep(min(left, 0.05))
+        elif attempt.cancelled.wait(left):
+            note(intent, f"cancelled {intent.attempts} {time.time():.3f}")
+            if on_cancel == "raise":
+                attempt.check()
+            return
+    note(intent, f"done {intent.attempts}")
+
+
+@handler("test.atomic")
+def atomic(intent: Intent, attempt: Attempt) -> None:
+    """Write an Effect inside ``attempt.atomic()``; first wait for a lost claim if asked."""
+    note(intent, f"start {intent.attempts}")
+    if intent.attempts <= options(intent).get("wait_cancel_attempts", 0):
+        attempt.cancelled.wait(PATIENCE)
+    with attempt.atomic():
+        note(intent, f"atomic {intent.attempts}")
+
+
+@handler("test.stamp")
+def stamp(intent: Intent, attempt: Attempt) -> None:
+    """Record the wall-clock start time, for the enqueue -> start latency benchmark."""
+    started = time.time()
+    note(intent, f"{started:.6f}")
+
+
+def dotted(intent: Intent, attempt: Attempt) -> None:
+    """Registered through INTENTS["HANDLERS"], not the decorator."""
+    note(intent, "dotted")

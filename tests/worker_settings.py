@@ -1,0 +1,30 @@
+"""Settings for worker subprocesses started by the tests: the same test database.
+
+pytest-django points the test process at ``TEST["NAME"]``; a subprocess only
+sees ``tests.settings``, so this module makes ``NAME`` the test database.
+``INTENTS_TEST_INTENTS`` (JSON) adds ``INTENTS`` keys, ``INTENTS_TEST_CONN_MAX_AGE``
+sets ``CONN_MAX_AGE`` and ``INTENTS_TEST_UNREACHABLE`` points at a database that
+cannot be reached.
+"""
+
+import json
+import os
+
+from tests.settings import *  # noqa: F403
+from tests.settings import BASE_DIR, DATABASES, INTENTS
+
+DATABASES["default"]["NAME"] = DATABASES["default"]["TEST"]["NAME"]
+if "INTENTS_TEST_CONN_MAX_AGE" in os.environ:
+    max_age = os.environ["INTENTS_TEST_CONN_MAX_AGE"]
+    DATABASES["default"]["CONN_MAX_AGE"] = None if max_age == "None" else int(max_age)
+if os.environ.get("INTENTS_TEST_UNREACHABLE"):
+    if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
+        DATABASES["default"]["NAME"] = str(BASE_DIR / ".tmp" / "no-such-dir" / "db.sqlite3")
+    else:
+        DATABASES["default"]["PORT"] = "1"
+
+INTENTS = {
+    **INTENTS,
+    "HANDLERS": {"test.dotted": "tests.testapp.handlers.dotted"},
+    **json.loads(os.environ.get("INTENTS_TEST_INTENTS", "{}")),
+}
