@@ -1,0 +1,76 @@
+"""``manage.py prune_intents``: apply ``INTENTS["RETENTION"]`` once, for cron."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandParser
+
+from django_intents.conf import TERMINAL_STATES, get_settings
+from django_intents.retention import prune
+
+
+def positive_int(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not an integer") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a positive integer")
+    return number
+
+
+class Command(BaseCommand):
+    help = (
+        "Compact and delete old completed/cancelled intents as INTENTS['RETENTION'] says, "
+        "in bounded batches. Pending and running intents are never touched."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--dry-run",
+            action="store_true",
+            help="Count what would be compacted and deleted; change nothing.",
+        )
+        parser.add_argument(
+            "--batch-size",
+            type=positive_int,
+            default=500,
+            help="Rows per statement (default 500): each batch holds its locks briefly.",
+        )
+        parser.add_argument(
+            "--max-batches",
+            type=positive_int,
+            default=None,
+            help="Stop after this many batches; the next run continues (default: no limit).",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        if not get_settings().retention:
+            self.stdout.write("INTENTS['RETENTION'] is not set: every intent is kept.")
+            return
+        report = prune(
+            batch_size=options["batch_size"],
+            max_batches=options["max_batches"],
+            dry_run=options["dry_run"],
+        )
+        would = "would be " if report.dry_run else ""
+        for state in TERMINAL_STATES:
+            if state not in report.compacted and state not in report.deleted:
+                continue
+            parts = []
+            if state in report.compacted:
+                parts.append(f"{report.compacted[state]} {would}compacted")
+            if state in report.deleted:
+                parts.append(f"{report.deleted[state]} {would}deleted")
+            self.stdout.write(f"{state}: {', '.join(parts)}")
+        if report.dry_run:
+            self.stdout.write("Dry run: nothing was changed.")
+        if not report.finished:
+            batches = "1 batch" if report.batches == 1 else f"{report.batches} batches"
+            self.stdout.write(
+                self.style.WARNING(
+                    f"Stopped after {batches} (--max-batches); run again to continue."
+                )
+            )
