@@ -1,0 +1,64 @@
+"""``manage.py intents_health [--max-age S]``: fail when the queue is not being worked.
+
+For container probes and cron alerts. It asks the one question that catches a
+dead pool, a pool too small for its load and a handler that blocks every
+worker alike: how long has the oldest due intent been waiting?
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError
+from django.utils import timezone
+
+from ...metrics import read_queue
+
+
+def seconds(value: str) -> float:
+    try:
+        parsed = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number of seconds") from None
+    if not parsed >= 0:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds >= 0, not {value!r}")
+    return parsed
+
+
+class Command(BaseCommand):
+    help = (
+        "Exit non-zero when the oldest due intent (pending and due, or running with an "
+        "expired lease) has waited longer than --max-age seconds."
+    )
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(
+            "--max-age",
+            type=seconds,
+            default=300.0,
+            metavar="SECONDS",
+            help="longest acceptable wait of a due intent (default 300)",
+        )
+
+    def handle(self, *args: Any, max_age: float, **options: Any) -> None:
+        now = timezone.now()
+        rows = read_queue(now)
+        pending = sum(row.pending for row in rows)
+        waits = {row.kind: now - row.oldest_due for row in rows if row.oldest_due is not None}
+        if not waits:
+            self.stdout.write(f"ok: nothing is due ({pending} pending, max age {max_age:g}s)")
+            return
+        kind = max(waits, key=waits.__getitem__)
+        age = waits[kind].total_seconds()
+        summary = (
+            f"oldest due intent (kind {kind!r}) has waited {age:.0f}s; "
+            f"{len(waits)} kind(s) with due intents, {pending} pending"
+        )
+        if age > max_age:
+            raise CommandError(
+                f"stuck: {summary}; more than --max-age {max_age:g}s. "
+                "Are workers running for this kind, and are they keeping up?",
+                returncode=1,
+            )
+        self.stdout.write(f"ok: {summary} (max age {max_age:g}s)")
