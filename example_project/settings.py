@@ -1,0 +1,171 @@
+"""Settings of the example shop.
+
+SQLite by default, in WAL mode with immediate transactions: the web process and
+the worker pool write to the same file, and SQLite allows one writer at a time,
+so writers must queue for the lock instead of failing with "database is locked".
+``DATABASE_URL`` (``postgres://user:password@host:5432/name`` or
+``mysql://user:password@host:3306/name``) switches to PostgreSQL or MariaDB/MySQL.
+``EXAMPLE_DATA_DIR`` says where the SQLite file lives (``run.py --dir`` sets it).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+BASE_DIR = Path(__file__).resolve().parent
+ROOT_DIR = BASE_DIR.parent
+DATA_DIR = Path(os.environ.get("EXAMPLE_DATA_DIR") or ROOT_DIR / ".tmp" / "example")
+
+ENGINES = {
+    "postgres": "django.db.backends.postgresql",
+    "postgresql": "django.db.backends.postgresql",
+    "pgsql": "django.db.backends.postgresql",
+    "mysql": "django.db.backends.mysql",
+    "mariadb": "django.db.backends.mysql",
+    "sqlite": "django.db.backends.sqlite3",
+}
+
+SQLITE_OPTIONS = {
+    "transaction_mode": "IMMEDIATE",
+    "timeout": 20,
+    "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+}
+
+
+def sqlite_database(path: Path | str) -> dict[str, Any]:
+    """A file database every process of the example shares (never ``:memory:``)."""
+    return {"ENGINE": ENGINES["sqlite"], "NAME": str(path), "OPTIONS": dict(SQLITE_OPTIONS)}
+
+
+def database_from_url(url: str) -> dict[str, Any]:
+    """Turn ``scheme://user:password@host:port/name?option=value`` into a ``DATABASES`` entry.
+
+    Parsed with :mod:`urllib.parse` so that the example needs no dependency of its
+    own; user and password may be percent-encoded, query parameters become
+    ``OPTIONS``. ``sqlite:///absolute/path.sqlite3`` is accepted too.
+    """
+    parts = urlsplit(url)
+    engine = ENGINES.get(parts.scheme)
+    if engine is None:
+        known = ", ".join(sorted(ENGINES))
+        raise ValueError(f"DATABASE_URL scheme {parts.scheme!r} is not one of {known}")
+    name = unquote(parts.path.removeprefix("/"))
+    if engine == ENGINES["sqlite"]:
+        if not name:
+            raise ValueError("DATABASE_URL for SQLite needs a path: sqlite:///path/to/db.sqlite3")
+        return sqlite_database(name)  # sqlite:////abs/path keeps its leading slash
+    if not name:
+        raise ValueError(f"DATABASE_URL {parts.scheme}://... needs a database name")
+    options: dict[str, Any] = dict(parse_qsl(parts.query))
+    database: dict[str, Any] = {
+        "ENGINE": engine,
+        "NAME": name,
+        "USER": unquote(parts.username or ""),
+        "PASSWORD": unquote(parts.password or ""),
+        "HOST": parts.hostname or "",
+        "PORT": str(parts.port or ""),
+        "OPTIONS": options,
+    }
+    if engine == ENGINES["mysql"]:
+        # 4-byte UTF-8 and a binary collation: intent ids and event ids compare exactly.
+        options.setdefault("charset", "utf8mb4")
+        database["TEST"] = {"CHARSET": "utf8mb4", "COLLATION": "utf8mb4_bin"}
+    return database
+
+
+if os.environ.get("DATABASE_URL"):
+    DATABASES = {"default": database_from_url(os.environ["DATABASE_URL"])}
+else:
+    DATA_DIR.mkdir(parents=True, exist_ok=True)
+    DATABASES = {"default": sqlite_database(DATA_DIR / "example.sqlite3")}
+
+# A demo: the key is public and DEBUG is on so that runserver serves the admin's
+# CSS. Never deploy these two lines.
+SECRET_KEY = os.environ.get("EXAMPLE_SECRET_KEY", "django-intents-example-not-secret")
+DEBUG = os.environ.get("EXAMPLE_DEBUG", "1") == "1"
+ALLOWED_HOSTS = ["127.0.0.1", "localhost", "[::1]"]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_prometheus",
+    "django_intents",
+    "example_project.shop",
+]
+MIDDLEWARE = [
+    "django_prometheus.middleware.PrometheusBeforeMiddleware",
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_prometheus.middleware.PrometheusAfterMiddleware",
+]
+ROOT_URLCONF = "example_project.urls"
+WSGI_APPLICATION = "example_project.wsgi.application"
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+STATIC_URL = "static/"
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+USE_TZ = True
+TIME_ZONE = "UTC"
+
+# Short enough that the demo ends: a lease lost to a killed worker comes back
+# within seconds, and an intent that keeps failing is cancelled after its fourth
+# attempt (backoff 2 s, 4 s, 8 s) instead of retrying for ever.
+INTENTS = {
+    "LEASE": 10,
+    "MAX_ATTEMPTS": 4,
+    "WORKERS": 4,
+    "POLL_INTERVAL": 0.2,
+}
+
+# Where orders placed on the site send their "order.placed" webhook. Empty means
+# the shop's own receiver (/webhooks/receive/), which plays the partner.
+SHOP_PARTNER_URL = os.environ.get("SHOP_PARTNER_URL", "")
+# The fraction of deliveries the receiver refuses with 503 when a request does not
+# say (?fail=0.3 does); decided per idempotency key and attempt, so runs repeat.
+SHOP_RECEIVER_FAIL = float(os.environ.get("SHOP_RECEIVER_FAIL", "0"))
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "filters": {"not_receiver": {"()": "example_project.shop.logs.NotReceiver"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "loggers": {
+        "django_intents": {"handlers": ["console"], "level": "INFO", "propagate": False},
+        "example_project": {"handlers": ["console"], "level": "INFO", "propagate": False},
+        # The receiver refuses deliveries on purpose and logs each refusal itself;
+        # Django's own lines about those responses would only look like errors.
+        "django.request": {"filters": ["not_receiver"]},
+        # Access lines at WARNING and above only: 4xx and 5xx, not every poll.
+        "django.server": {
+            "handlers": ["console"],
+            "level": "WARNING",
+            "propagate": False,
+            "filters": ["not_receiver"],
+        },
+    },
+}

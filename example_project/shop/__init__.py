@@ -1,0 +1,1 @@
+"""The shop: orders whose side effects are recorded as intents."""

@@ -1,0 +1,146 @@
+"""An order, and the two places its side effects land: a push log and a partner's inbox."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+from django.db import models, transaction
+from django.utils import timezone
+
+from django_intents import intent_id
+from django_intents.models import Intent
+
+
+class OrderManager(models.Manager["Order"]):
+    def place(
+        self,
+        *,
+        customer: str,
+        item: str,
+        total: Decimal,
+        partner_url: str,
+        push_inline: bool = False,
+    ) -> Order:
+        """Create an order and record its side effects in the same transaction.
+
+        The ``order.placed`` webhook is recorded here; the push is recorded by the
+        ``post_save`` receiver (shop/signals.py), which runs inside this transaction
+        too. If anything below raises, the order and both intents roll back together:
+        no webhook about an order that does not exist, no order without its webhook.
+
+        With ``push_inline`` the push is delivered right here instead of by a worker
+        (it is only a row in the same database), and ``complete_pending`` marks its
+        intent completed in the same transaction, so no worker will send it again.
+        """
+        with transaction.atomic():
+            order = self.create(customer=customer, item=item, total=total)
+            Intent.objects.enqueue(
+                "webhook",
+                event_id=f"order-{order.pk}-placed",
+                target=partner_url,
+                payload={"event": "order.placed", "order": order.as_json()},
+            )
+            if push_inline:
+                kind, event_id, target = order.push_intent()
+                push_id = intent_id(kind, event_id, target)
+                # Completing first means the inline push happens only if no worker
+                # has (or will ever) run this intent: exactly once, here or there.
+                if Intent.objects.complete_pending(push_id):
+                    PushLog.objects.create(
+                        intent_id=push_id,
+                        recipient=target,
+                        message=order.push_message(),
+                        sent_by=PushLog.SentBy.INLINE,
+                    )
+        return order
+
+
+class Order(models.Model):
+    class Status(models.TextChoices):
+        PLACED = "placed"
+        SHIPPED = "shipped"
+
+    customer = models.CharField(max_length=100)
+    item = models.CharField(max_length=200)
+    total = models.DecimalField(max_digits=10, decimal_places=2)
+    status = models.CharField(
+        max_length=max(len(value) for value in Status.values),
+        choices=Status.choices,
+        default=Status.PLACED,
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+
+    objects = OrderManager()
+
+    class Meta:
+        ordering = ("-created_at", "-id")
+
+    def __str__(self) -> str:
+        return f"Order #{self.pk}: {self.item} for {self.customer}"
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "id": self.pk,
+            "customer": self.customer,
+            "item": self.item,
+            "total": str(self.total),
+            "status": self.status,
+        }
+
+    def push_intent(self) -> tuple[str, str, str]:
+        """``(kind, event_id, target)`` of the push announcing the current status.
+
+        One push per order and status: saving an order again without changing its
+        status records the same intent id, which ``enqueue`` stores only once.
+        """
+        return "push", f"order-{self.pk}-{self.status}", f"customer:{self.customer}"
+
+    def push_message(self) -> str:
+        return f"Order #{self.pk} {self.status}: {self.item}"
+
+
+class PushLog(models.Model):
+    """Stands in for a push service: one row per notification sent.
+
+    ``intent_id`` is unique, so even a bug that ran a push twice could not show
+    the customer two notifications.
+    """
+
+    class SentBy(models.TextChoices):
+        WORKER = "worker"
+        INLINE = "inline"
+
+    intent_id = models.CharField(max_length=64, unique=True)
+    recipient = models.CharField(max_length=200)
+    message = models.CharField(max_length=300)
+    sent_by = models.CharField(
+        max_length=max(len(value) for value in SentBy.values), choices=SentBy.choices
+    )
+    sent_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ("-sent_at", "-id")
+
+    def __str__(self) -> str:
+        return f"push to {self.recipient}: {self.message}"
+
+
+class ReceivedWebhook(models.Model):
+    """The partner's inbox: each delivery stored once, keyed by its Idempotency-Key.
+
+    The unique ``key`` is what makes at-least-once delivery safe to receive: a
+    retried delivery finds its key taken and only counts as another delivery.
+    """
+
+    key = models.CharField(max_length=255, unique=True)
+    payload = models.JSONField()
+    attempt = models.PositiveIntegerField(default=0, help_text="The sender's attempt that got in.")
+    deliveries = models.PositiveIntegerField(default=1, help_text="Including duplicates.")
+    received_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ("-received_at", "-id")
+
+    def __str__(self) -> str:
+        return f"webhook {self.key[:12]} ({self.deliveries} deliveries)"

@@ -1,0 +1,11 @@
+from django.urls import path
+
+from . import views
+
+app_name = "shop"
+urlpatterns = [
+    path("", views.index, name="index"),
+    path("orders/", views.place_order, name="place-order"),
+    path("status/", views.status, name="status"),
+    path("webhooks/receive/", views.receive_webhook, name="receive-webhook"),
+]

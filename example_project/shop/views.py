@@ -1,0 +1,158 @@
+"""The shop's pages, and a receiver that plays the partner the webhooks go to."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+
+from django.conf import settings
+from django.contrib import messages
+from django.db.models import Count, F, Min, Sum
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_GET, require_POST
+
+from django_intents.models import Intent
+
+from .forms import OrderForm
+from .models import Order, PushLog, ReceivedWebhook
+
+logger = logging.getLogger(__name__)
+
+
+def index(request: HttpRequest, form: OrderForm | None = None) -> HttpResponse:
+    """The shop's front page: a form to place an order, and what became of recent ones."""
+    context = {
+        "form": form or OrderForm(),
+        "orders": Order.objects.all()[:10],
+        "intents": Intent.objects.order_by("-created_at", "-id")[:20],
+        "states": Intent.State.values,
+        "counts": [
+            (kind, [by_state[state] for state in Intent.State.values])
+            for kind, by_state in _counts().items()
+        ],
+        "pushes": PushLog.objects.all()[:10],
+        "webhooks": ReceivedWebhook.objects.all()[:10],
+    }
+    return render(request, "shop/index.html", context, status=400 if form else 200)
+
+
+@require_POST
+def place_order(request: HttpRequest) -> HttpResponse:
+    """Place an order; its webhook and push intents commit with it (see ``Order.objects.place``)."""
+    form = OrderForm(request.POST)
+    if not form.is_valid():
+        return index(request, form)
+    order = Order.objects.place(
+        customer=form.cleaned_data["customer"],
+        item=form.cleaned_data["item"],
+        total=form.cleaned_data["total"],
+        partner_url=partner_url(request) + form.partner_query(),
+        push_inline=form.cleaned_data["push_inline"],
+    )
+    messages.success(request, f"Placed order #{order.pk}; its webhook and push are on their way.")
+    return redirect("shop:index")
+
+
+def partner_url(request: HttpRequest) -> str:
+    """Where webhooks go: ``SHOP_PARTNER_URL``, or this site's own receiver."""
+    return settings.SHOP_PARTNER_URL or request.build_absolute_uri(reverse("shop:receive-webhook"))
+
+
+@require_GET
+def status(request: HttpRequest) -> JsonResponse:
+    """Counts per kind and state, and when the next intent falls due (run.py polls this)."""
+    now = timezone.now()
+    due = [
+        Intent.objects.in_state("pending").aggregate(at=Min("next_at"))["at"],
+        Intent.objects.in_state("running").aggregate(at=Min("claim_until"))["at"],
+    ]
+    next_at = min((at for at in due if at is not None), default=None)
+    received = ReceivedWebhook.objects.aggregate(stored=Count("id"), deliveries=Sum("deliveries"))
+    return JsonResponse(
+        {
+            "intents": _counts(),
+            "next_due_in": None if next_at is None else max(0.0, (next_at - now).total_seconds()),
+            "webhooks_stored": received["stored"],
+            "webhook_deliveries": received["deliveries"] or 0,
+            "pushes_sent": PushLog.objects.count(),
+        }
+    )
+
+
+def _counts() -> dict[str, dict[str, int]]:
+    """``{kind: {state: count}}`` with every state present, in one grouped query."""
+    counts: dict[str, dict[str, int]] = {}
+    rows = Intent.objects.order_by().values_list("kind", "state").annotate(n=Count("id"))
+    for kind, state, n in rows:
+        counts.setdefault(kind, dict.fromkeys(Intent.State.values, 0))[state] = n
+    return dict(sorted(counts.items()))
+
+
+# -- the partner's side -------------------------------------------------------------------
+
+
+def refuses(key: str, attempt: int, fraction: float) -> bool:
+    """Whether a flaky partner refuses this delivery: ``fraction`` of them, chosen by hash.
+
+    Decided by the idempotency key and the sender's attempt number rather than at
+    random, so a demo (and a test) replays the same way every time, and a refused
+    delivery may still get through on a later attempt.
+    """
+    digest = hashlib.sha256(f"{key}\x00{attempt}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64 < fraction
+
+
+# Other servers post here, without a CSRF cookie. A real receiver would check a
+# signature of the body instead; the Idempotency-Key only de-duplicates.
+@csrf_exempt
+@require_POST
+def receive_webhook(request: HttpRequest) -> JsonResponse:
+    """Accept a webhook once per ``Idempotency-Key``; a duplicate is answered 200 and not stored.
+
+    ``?status=410`` answers that status instead (a partner that refuses for good);
+    ``?fail=0.3`` refuses that fraction of deliveries with 503 (default
+    ``SHOP_RECEIVER_FAIL``), and ``?fail_first=1`` the first attempt of each, so
+    that retries and backoff can be watched.
+    """
+    key = request.headers.get("Idempotency-Key", "")
+    if not key or len(key) > ReceivedWebhook._meta.get_field("key").max_length:
+        return _refuse(400, "an Idempotency-Key header of 1 to 255 characters is required", key)
+    try:
+        attempt = int(request.headers.get("Intent-Attempt", "0"))
+        forced = int(request.GET.get("status", "0"))
+        fraction = float(request.GET.get("fail", settings.SHOP_RECEIVER_FAIL))
+        fail_first = int(request.GET.get("fail_first", "0"))
+    except ValueError:
+        return _refuse(400, "Intent-Attempt and the query parameters must be numbers", key)
+    if forced:
+        return _refuse(forced if 400 <= forced < 600 else 400, "refused by ?status", key, attempt)
+    if attempt <= fail_first:
+        return _refuse(503, f"refused by ?fail_first={fail_first}", key, attempt)
+    if refuses(key, attempt, fraction):
+        return _refuse(503, f"refused by ?fail={fraction:g}", key, attempt)
+    try:
+        payload = json.loads(request.body)
+    except ValueError:
+        return _refuse(400, "the body is not JSON", key, attempt)
+
+    webhook, created = ReceivedWebhook.objects.get_or_create(
+        key=key, defaults={"payload": payload, "attempt": attempt}
+    )
+    if created:
+        logger.info("receiver: %s attempt %s -> HTTP 200, stored", key[:12], attempt)
+    else:
+        ReceivedWebhook.objects.filter(pk=webhook.pk).update(deliveries=F("deliveries") + 1)
+        logger.info(
+            "receiver: %s attempt %s -> HTTP 200, a duplicate: not stored", key[:12], attempt
+        )
+    return JsonResponse({"key": key, "duplicate": not created})
+
+
+def _refuse(status: int, why: str, key: str, attempt: int | None = None) -> JsonResponse:
+    logger.info("receiver: %s attempt %s -> HTTP %s (%s)", key[:12] or "-", attempt, status, why)
+    return JsonResponse({"error": why}, status=status)

@@ -1,0 +1,574 @@
+"""The example shop (example_project/shop): what a Django team copies from it must hold.
+
+Views and signals enqueue in the caller's transaction; the receiver stores each
+delivery once; the handlers deliver over real HTTP and map answers to outcomes.
+
+The shop is installed for this module only, with its own migration: installed in
+tests.settings, its ``webhook`` and ``push`` handlers would join every worker
+pool the other tests start.
+"""
+
+from __future__ import annotations
+
+import importlib
+import socket
+import urllib.error
+from collections.abc import Iterator
+from datetime import timedelta
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from django.apps import apps
+from django.conf import settings
+from django.contrib import admin
+from django.core.management import call_command
+from django.db import transaction
+from django.test import Client, override_settings
+from django.urls import reverse
+from django.utils import timezone
+
+from django_intents import Attempt, ClaimLost, Stop, intent_id
+from django_intents.models import Intent
+from django_intents.worker import WorkerPool
+from example_project.settings import SQLITE_OPTIONS, database_from_url
+
+# Model classes can only be defined while their app is installed: import the shop
+# during a brief installation (no admin, so nothing registers globally); the
+# shop_app fixture installs it again, with these same classes, while tests run.
+with override_settings(INSTALLED_APPS=["django_intents", "example_project.shop"]):
+    from example_project.shop.handlers import DeliveryFailed, deliver_webhook, send_push
+    from example_project.shop.models import Order, PushLog, ReceivedWebhook
+    from example_project.shop.views import refuses
+
+RECEIVER = "/webhooks/receive/"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def shop_app(django_db_setup: None, django_db_blocker: Any) -> Iterator[None]:
+    """Install the shop, route URLs to the example project, and migrate its tables."""
+    installed = [*settings.INSTALLED_APPS, "example_project.shop"]
+    with override_settings(
+        INSTALLED_APPS=installed,
+        ROOT_URLCONF="example_project.urls",
+        SHOP_PARTNER_URL="",
+        SHOP_RECEIVER_FAIL=0.0,
+    ):
+        with django_db_blocker.unblock():
+            call_command("migrate", "shop", verbosity=0)
+        # pytest-django runs transactional tests after the others, so this may be
+        # the second installation: register the shop's admin again if need be.
+        shop_admin = importlib.import_module("example_project.shop.admin")
+        for model, model_admin in (
+            (Order, shop_admin.OrderAdmin),
+            (PushLog, shop_admin.PushLogAdmin),
+            (ReceivedWebhook, shop_admin.ReceivedWebhookAdmin),
+        ):
+            if not admin.site.is_registered(model):
+                admin.site.register(model, model_admin)
+        try:
+            yield
+        finally:
+            with django_db_blocker.unblock():
+                call_command("migrate", "shop", "zero", verbosity=0)
+            # Left registered, the shop would break the admin index of other tests.
+            for model in apps.get_app_config("shop").get_models():
+                admin.site.unregister(model)
+
+
+class Boom(Exception):
+    pass
+
+
+def order_form(**overrides: str) -> dict[str, str]:
+    return {
+        "customer": "ada@example.com",
+        "item": "Burr grinder",
+        "total": "89.00",
+        "partner": "ok",
+        **overrides,
+    }
+
+
+def place(**overrides: Any) -> Order:
+    fields: dict[str, Any] = {
+        "customer": "ada@example.com",
+        "item": "Burr grinder",
+        "total": Decimal("89.00"),
+        "partner_url": "http://testserver/webhooks/receive/",
+        **overrides,
+    }
+    return Order.objects.place(**fields)
+
+
+# -- the view: an order and its webhook commit together ----------------------------------
+
+
+@pytest.mark.django_db
+def test_placing_an_order_records_exactly_one_webhook_to_the_shops_own_receiver(client: Client):
+    response = client.post(reverse("shop:place-order"), order_form())
+
+    assert response.status_code == 302
+    order = Order.objects.get()
+    webhook = Intent.objects.get(kind="webhook")
+    assert webhook.event_id == f"order-{order.pk}-placed"
+    assert webhook.target == "http://testserver/webhooks/receive/"
+    assert webhook.payload == {"event": "order.placed", "order": order.as_json()}
+    assert webhook.payload["order"]["total"] == "89.00"
+    assert webhook.state == "pending"
+    assert Intent.objects.filter(kind="push").count() == 1
+
+
+@pytest.mark.django_db
+def test_the_chosen_partner_behaviour_is_the_webhook_targets_query(client: Client):
+    client.post(reverse("shop:place-order"), order_form(partner="gone"))
+
+    assert Intent.objects.get(kind="webhook").target.endswith(f"{RECEIVER}?status=410")
+
+
+@pytest.mark.django_db
+def test_an_invalid_order_form_is_answered_400_and_records_nothing(client: Client):
+    response = client.post(reverse("shop:place-order"), order_form(total="-5"))
+
+    assert response.status_code == 400
+    assert "total" in response.context["form"].errors
+    assert not Order.objects.exists()
+    assert not Intent.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_view_failing_after_enqueueing_leaves_neither_order_nor_intents(
+    client: Client, monkeypatch: pytest.MonkeyPatch
+):
+    enqueue = Intent.objects.enqueue
+
+    def enqueue_then_fail_on_the_webhook(kind: str, *args: Any, **kwargs: Any) -> str:
+        if kind == "webhook":
+            # By now the order and its push (post_save) are written.
+            assert Order.objects.exists()
+            assert Intent.objects.filter(kind="push").exists()
+            raise Boom("the webhook could not be recorded")
+        return enqueue(kind, *args, **kwargs)
+
+    monkeypatch.setattr(Intent.objects, "enqueue", enqueue_then_fail_on_the_webhook)
+
+    with pytest.raises(Boom):
+        client.post(reverse("shop:place-order"), order_form())
+
+    assert not Order.objects.exists()
+    assert not Intent.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_inline_push_is_written_by_the_view_and_its_intent_completed_with_it(client: Client):
+    client.post(reverse("shop:place-order"), order_form(push_inline="on"))
+
+    push = Intent.objects.get(kind="push")
+    assert push.state == "completed"
+    assert push.attempts == 0  # no worker ever claimed it
+    log = PushLog.objects.get()
+    assert log.intent_id == push.id
+    assert log.sent_by == "inline"
+    assert Intent.objects.get(kind="webhook").state == "pending"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_inline_push_is_not_written_when_a_worker_already_holds_the_intent():
+    order = Order.objects.create(customer="ada@example.com", item="Tamper", total=Decimal(25))
+    claimed = Intent.objects.claim(kinds=["push"])
+    assert claimed is not None
+
+    # What place(push_inline=True) does, for an intent a worker has claimed:
+    assert not Intent.objects.complete_pending(intent_id(*order.push_intent()))
+    assert Intent.objects.get(pk=claimed.pk).state == "running"
+
+
+# -- the signal: a saved order records its push -----------------------------------------
+
+
+@pytest.mark.django_db
+def test_saving_a_new_order_records_exactly_one_push():
+    with transaction.atomic():
+        order = Order.objects.create(customer="grace@example.com", item="Beans", total=Decimal(18))
+
+    push = Intent.objects.get()
+    assert (push.kind, push.event_id, push.target) == (
+        "push",
+        f"order-{order.pk}-placed",
+        "customer:grace@example.com",
+    )
+    assert push.payload == {"order": order.pk, "message": f"Order #{order.pk} placed: Beans"}
+
+
+@pytest.mark.django_db
+def test_saving_an_order_again_without_a_status_change_records_nothing_more():
+    order = Order.objects.create(customer="grace@example.com", item="Beans", total=Decimal(18))
+    order.item = "Decaf beans"
+    order.save()
+
+    assert Intent.objects.count() == 1
+
+
+@pytest.mark.django_db
+def test_shipping_an_order_records_a_second_push():
+    order = Order.objects.create(customer="grace@example.com", item="Beans", total=Decimal(18))
+    order.status = Order.Status.SHIPPED
+    order.save()
+
+    assert sorted(Intent.objects.values_list("event_id", flat=True)) == [
+        f"order-{order.pk}-placed",
+        f"order-{order.pk}-shipped",
+    ]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_rolled_back_save_records_no_push():
+    with pytest.raises(Boom), transaction.atomic():
+        Order.objects.create(customer="grace@example.com", item="Beans", total=Decimal(18))
+        assert Intent.objects.count() == 1  # recorded, inside the transaction
+        raise Boom
+
+    assert not Order.objects.exists()
+    assert not Intent.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_rolled_back_place_records_no_webhook_either():
+    with pytest.raises(Boom), transaction.atomic():
+        place()
+        raise Boom
+
+    assert not Order.objects.exists()
+    assert not Intent.objects.exists()
+
+
+@pytest.mark.django_db
+def test_the_admins_mark_shipped_action_records_a_push_per_order_shipped(admin_client: Client):
+    placed = [place(item="Tamper"), place(item="Milk jug")]
+    shipped = place(item="Scale")
+    shipped.status = Order.Status.SHIPPED
+    shipped.save()
+    selected = [str(order.pk) for order in [*placed, shipped]]
+
+    response = admin_client.post(
+        reverse("admin:shop_order_changelist"),
+        {"action": "mark_shipped", "_selected_action": selected},
+        follow=True,
+    )
+
+    assert "2 orders shipped" in response.content.decode()
+    assert set(Order.objects.values_list("status", flat=True)) == {"shipped"}
+    events = set(Intent.objects.filter(kind="push").values_list("event_id", flat=True))
+    assert {f"order-{order.pk}-shipped" for order in placed} <= events
+    assert Intent.objects.filter(kind="push", event_id__endswith="-shipped").count() == 3
+
+
+# -- the receiver: each delivery stored once ---------------------------------------------
+
+
+def deliver(client: Client, key: str, query: str = "", attempt: int = 1, body: str = "{}") -> Any:
+    return client.post(
+        RECEIVER + query,
+        body,
+        content_type="application/json",
+        headers={"Idempotency-Key": key, "Intent-Attempt": str(attempt)},
+    )
+
+
+@pytest.mark.django_db
+def test_the_receiver_stores_a_delivery_once_and_answers_a_duplicate_with_200():
+    client = Client(enforce_csrf_checks=True)  # partners have no CSRF cookie
+
+    first = deliver(client, "k1", body='{"event": "order.placed"}')
+    again = deliver(client, "k1", attempt=2, body='{"event": "order.placed"}')
+
+    assert (first.status_code, first.json()["duplicate"]) == (200, False)
+    assert (again.status_code, again.json()["duplicate"]) == (200, True)
+    stored = ReceivedWebhook.objects.get()
+    assert (stored.key, stored.payload, stored.attempt, stored.deliveries) == (
+        "k1",
+        {"event": "order.placed"},
+        1,
+        2,
+    )
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("query", "body", "status"),
+    [("?fail=1", "{}", 503), ("?status=410", "{}", 410), ("", "not json", 400)],
+)
+def test_the_receiver_stores_nothing_it_refuses(client: Client, query: str, body: str, status: int):
+    assert deliver(client, "k1", query, body=body).status_code == status
+    assert not ReceivedWebhook.objects.exists()
+
+
+@pytest.mark.django_db
+def test_the_receiver_needs_an_idempotency_key(client: Client):
+    response = client.post(RECEIVER, "{}", content_type="application/json")
+
+    assert response.status_code == 400
+    assert not ReceivedWebhook.objects.exists()
+
+
+@pytest.mark.django_db
+def test_the_receiver_accepts_only_post(client: Client):
+    assert client.get(RECEIVER).status_code == 405
+
+
+@pytest.mark.django_db
+def test_the_receiver_told_to_fail_first_attempts_accepts_the_next_one(client: Client):
+    assert deliver(client, "k1", "?fail_first=2", attempt=1).status_code == 503
+    assert deliver(client, "k1", "?fail_first=2", attempt=2).status_code == 503
+    assert deliver(client, "k1", "?fail_first=2", attempt=3).status_code == 200
+    assert ReceivedWebhook.objects.get().attempt == 3
+
+
+@pytest.mark.django_db
+def test_the_receivers_default_failure_rate_comes_from_the_setting(client: Client):
+    with override_settings(SHOP_RECEIVER_FAIL=1.0):
+        assert deliver(client, "k1").status_code == 503
+    assert deliver(client, "k1").status_code == 200
+
+
+def test_a_flaky_receiver_refuses_about_the_requested_fraction_and_always_the_same_ones():
+    keys = [intent_id("webhook", f"order-{n}-placed", "http://partner/") for n in range(2000)]
+    refused = [key for key in keys if refuses(key, 1, 0.3)]
+
+    assert 0.26 < len(refused) / len(keys) < 0.34
+    assert refused == [key for key in keys if refuses(key, 1, 0.3)]
+    assert not any(refuses(key, 1, 0.0) for key in keys)
+    assert all(refuses(key, 1, 1.0) for key in keys)
+    # A refused delivery gets another chance on the next attempt.
+    assert any(not refuses(key, 2, 0.3) for key in refused)
+
+
+# -- pages --------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_the_front_page_shows_orders_and_their_intents(client: Client):
+    order = place(item="Knock box")
+
+    response = client.get(reverse("shop:index"))
+
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert "Knock box" in html
+    assert f"order-{order.pk}-placed" in html
+    assert 'name="csrfmiddlewaretoken"' in html
+
+
+@pytest.mark.django_db
+def test_the_status_endpoint_counts_intents_per_kind_and_state(client: Client):
+    place(push_inline=True)
+
+    status = client.get(reverse("shop:status")).json()
+
+    assert status["intents"] == {
+        "push": {"pending": 0, "running": 0, "completed": 1, "cancelled": 0},
+        "webhook": {"pending": 1, "running": 0, "completed": 0, "cancelled": 0},
+    }
+    assert status["next_due_in"] == 0
+    assert status["pushes_sent"] == 1
+
+
+# -- the handlers, against the receiver over real HTTP ------------------------------------
+
+
+def claimed(target: str, event_id: str = "order-1-placed", **claim: Any) -> Intent:
+    Intent.objects.enqueue("webhook", event_id, target, {"event": "order.placed"})
+    intent = Intent.objects.claim(kinds=["webhook"], **claim)
+    assert intent is not None
+    return intent
+
+
+def closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_webhook_handler_delivers_with_the_intent_id_as_idempotency_key(live_server: Any):
+    intent = claimed(live_server.url + RECEIVER)
+
+    assert deliver_webhook(intent, Attempt(intent)) is None
+
+    stored = ReceivedWebhook.objects.get()
+    assert (stored.key, stored.payload, stored.attempt) == (intent.id, intent.payload, 1)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_redelivery_after_a_lost_lease_is_stored_once(live_server: Any):
+    first = claimed(live_server.url + RECEIVER, lease=1)
+    deliver_webhook(first, Attempt(first))
+    # The worker died before recording the result; another one takes over.
+    second = Intent.objects.claim(kinds=["webhook"], now=timezone.now() + timedelta(seconds=5))
+    assert second is not None
+    assert (second.id, second.attempts) == (first.id, 2)
+
+    deliver_webhook(second, Attempt(second))
+
+    stored = ReceivedWebhook.objects.get()
+    assert (stored.key, stored.attempt, stored.deliveries) == (first.id, 1, 2)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("status", [400, 404, 410, 422])
+def test_a_4xx_answer_stops_the_intent(live_server: Any, status: int):
+    intent = claimed(f"{live_server.url}{RECEIVER}?status={status}")
+
+    with pytest.raises(Stop, match=f"HTTP {status}"):
+        deliver_webhook(intent, Attempt(intent))
+    assert not ReceivedWebhook.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("query", ["?fail=1", "?status=500", "?status=429"])
+def test_a_5xx_or_429_answer_raises_for_a_retry(live_server: Any, query: str):
+    intent = claimed(f"{live_server.url}{RECEIVER}{query}")
+
+    with pytest.raises(DeliveryFailed, match="HTTP"):
+        deliver_webhook(intent, Attempt(intent))
+    assert not ReceivedWebhook.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_redirect_is_retried_not_followed_as_a_get(live_server: Any):
+    # CommonMiddleware answers 301 to a POST on the URL without its slash.
+    intent = claimed(live_server.url + RECEIVER.rstrip("/"))
+
+    with pytest.raises(DeliveryFailed, match="HTTP 301"):
+        deliver_webhook(intent, Attempt(intent))
+    assert not ReceivedWebhook.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_unreachable_partner_raises_for_a_retry():
+    intent = claimed(f"http://127.0.0.1:{closed_port()}/hook")
+
+    with pytest.raises(urllib.error.URLError):
+        deliver_webhook(intent, Attempt(intent))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_target_that_is_not_http_is_stopped_without_a_request():
+    intent = claimed("file:///etc/passwd")
+
+    with pytest.raises(Stop, match="not an http"):
+        deliver_webhook(intent, Attempt(intent))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_pool_completes_cancels_and_retries_webhooks_by_the_partners_answer(
+    live_server: Any,
+):
+    receiver = live_server.url + RECEIVER
+    ok = Intent.objects.enqueue("webhook", "order-1-placed", receiver, {"n": 1})
+    gone = Intent.objects.enqueue("webhook", "order-2-placed", receiver + "?status=410", {"n": 2})
+    down = Intent.objects.enqueue("webhook", "order-3-placed", receiver + "?fail=1", {"n": 3})
+    pool = WorkerPool(
+        handlers={"webhook": deliver_webhook}, workers=3, drain=True, handle_signals=False
+    )
+
+    assert pool.run() == 0
+
+    rows = {row.id: row for row in Intent.objects.all()}
+    assert rows[ok].state == "completed"
+    assert (rows[gone].state, rows[gone].attempts) == ("cancelled", 1)
+    assert "HTTP 410" in rows[gone].last_error
+    assert (rows[down].state, rows[down].attempts) == ("pending", 1)
+    assert "DeliveryFailed" in rows[down].last_error
+    assert "HTTP 503" in rows[down].last_error
+    assert rows[down].next_at > timezone.now()
+    assert list(ReceivedWebhook.objects.values_list("key", flat=True)) == [ok]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_push_handler_writes_its_log_and_completes_the_intent_together():
+    order = place()
+    push = Intent.objects.claim(kinds=["push"])
+    assert push is not None
+
+    send_push(push, Attempt(push))
+
+    log = PushLog.objects.get()
+    assert (log.intent_id, log.recipient, log.sent_by) == (push.id, push.target, "worker")
+    assert log.message == f"Order #{order.pk} placed: Burr grinder"
+    assert Intent.objects.get(pk=push.pk).state == "completed"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_push_handler_writes_nothing_when_its_claim_was_lost_meanwhile():
+    place()
+    push = Intent.objects.claim(kinds=["push"])
+    assert push is not None
+    assert Intent.objects.retry_now(push.id)  # an administrator fences the claim
+
+    with pytest.raises(ClaimLost):
+        send_push(push, Attempt(push))
+
+    assert not PushLog.objects.exists()
+    assert Intent.objects.get(pk=push.pk).state == "pending"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_push_without_a_message_is_stopped():
+    Intent.objects.enqueue("push", "order-9-placed", "customer:ken@example.com", {"order": 9})
+    push = Intent.objects.claim(kinds=["push"])
+    assert push is not None
+
+    with pytest.raises(Stop, match="no message"):
+        send_push(push, Attempt(push))
+    assert not PushLog.objects.exists()
+
+
+# -- settings: DATABASE_URL --------------------------------------------------------------
+
+
+def test_a_postgres_url_becomes_a_postgresql_database_with_decoded_credentials():
+    database = database_from_url(
+        "postgres://shop:p%40ss%2Fword@db.internal:5433/shop?sslmode=require"
+    )
+
+    assert database == {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": "shop",
+        "USER": "shop",
+        "PASSWORD": "p@ss/word",
+        "HOST": "db.internal",
+        "PORT": "5433",
+        "OPTIONS": {"sslmode": "require"},
+    }
+
+
+@pytest.mark.parametrize("scheme", ["mysql", "mariadb"])
+def test_a_mysql_or_mariadb_url_becomes_a_utf8mb4_mysql_database(scheme: str):
+    database = database_from_url(f"{scheme}://root@127.0.0.1/shop")
+
+    assert database["ENGINE"] == "django.db.backends.mysql"
+    assert (database["NAME"], database["USER"], database["PASSWORD"]) == ("shop", "root", "")
+    assert (database["HOST"], database["PORT"]) == ("127.0.0.1", "")
+    assert database["OPTIONS"] == {"charset": "utf8mb4"}
+
+
+def test_a_sqlite_url_keeps_the_absolute_path_and_the_wal_options():
+    database = database_from_url("sqlite:////var/lib/shop/db.sqlite3")
+
+    assert database["NAME"] == "/var/lib/shop/db.sqlite3"
+    assert database["OPTIONS"] == SQLITE_OPTIONS
+    assert "journal_mode=WAL" in database["OPTIONS"]["init_command"]
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("oracle://db/shop", "scheme 'oracle'"),
+        ("postgres://db.internal", "needs a database name"),
+        ("sqlite://", "needs a path"),
+    ],
+)
+def test_an_unusable_database_url_is_refused_naming_the_problem(url: str, message: str):
+    with pytest.raises(ValueError, match=message):
+        database_from_url(url)
