@@ -5,7 +5,10 @@ INTENTS_TEST_DB_SUFFIX keeps parallel runs on one machine out of each other's wa
 """
 
 import os
+from importlib.util import find_spec
 from pathlib import Path
+
+import django
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VENDOR = os.environ.get("INTENTS_TEST_DB", "sqlite")
@@ -67,6 +70,7 @@ INSTALLED_APPS = [
     "django.contrib.contenttypes",
     "django.contrib.sessions",
     "django.contrib.messages",
+    "django.contrib.staticfiles",
     "django_intents",
     "tests.testapp",
 ]
@@ -90,4 +94,19 @@ TEMPLATES = [
         },
     }
 ]
+STATIC_URL = "static/"
+# Admin tests log users in; the default hasher would make each one cost ~0.3 s.
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 INTENTS = {"LEASE": 30}
+# Django 6 has django.tasks built in; on 5.2 the django-tasks backport (a dev
+# dependency) is an app. Without it the rest of the suite still runs, and the
+# tests/test_tasks_*.py modules fail to import, loudly.
+if django.VERSION >= (6, 0) or find_spec("django_tasks"):
+    if django.VERSION < (6, 0):
+        INSTALLED_APPS.append("django_tasks")
+    TASKS = {
+        "default": {
+            "BACKEND": "django_intents.tasks.IntentsBackend",
+            "QUEUES": ["default", "emails"],
+        },
+    }

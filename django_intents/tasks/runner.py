@@ -1,0 +1,191 @@
+"""The handler of ``django.tasks`` intents: run one task in the worker pool.
+
+The pool claims a task intent like any other and calls ``run_task(intent,
+attempt)``. The outcome follows the handler contract, so leases, fencing,
+backoff and ``MAX_ATTEMPTS`` apply to tasks unchanged: returning completes the
+intent, raising retries it, ``Stop`` cancels it. What Django's API adds — start
+times, worker ids, errors with tracebacks, the return value — is written into
+the payload, fenced by the claim token like every transition, so a worker that
+lost its claim can write nothing.
+
+Everything the task raises is caught here, ``SystemExit`` and
+``KeyboardInterrupt`` included: they fail the task, never the worker.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from django.core.exceptions import ImproperlyConfigured
+from django.db import DatabaseError, connections, router
+from django.dispatch import Signal
+from django.utils import timezone
+
+from ..conf import get_settings
+from ..exceptions import ClaimLost, Stop
+from .backend import IntentsBackend
+from .compat import (
+    InvalidTask,
+    Task,
+    TaskContext,
+    TaskResult,
+    TaskResultStatus,
+    normalize_json,
+    task_backends,
+    task_finished,
+    task_started,
+)
+from .record import MalformedRecord, TaskRecord, check_storable, make_result
+
+if TYPE_CHECKING:
+    from ..attempt import Attempt
+    from ..models import Intent
+
+log = logging.getLogger(__name__)
+
+
+def run_task(intent: Intent, attempt: Attempt) -> None:
+    """Run the task a claimed intent records and write its outcome into the payload."""
+    # A pool that is shutting down hands the intent back instead of starting it.
+    attempt.check()
+    try:
+        record = TaskRecord.from_payload(intent.payload)
+        backend = _backend(record.backend)
+        task = backend.task_for(record)
+    except (MalformedRecord, InvalidTask, ImproperlyConfigured) as exc:
+        # Never retried: the stored path or options will not get better by waiting.
+        raise Stop(f"cannot run this task: {exc}") from exc
+
+    now = timezone.now()
+    record.worker_ids.append(worker_id())
+    record.started_at = record.started_at or now
+    record.last_attempted_at = now
+    _save(intent, record)
+    result = _result(intent, task, record, TaskResultStatus.RUNNING)
+    _send(task_started, backend, result)
+
+    try:
+        if task.takes_context:
+            value = task.call(TaskContext(task_result=result), *record.args, **record.kwargs)
+        else:
+            value = task.call(*record.args, **record.kwargs)
+    except BaseException as exc:  # noqa: B036 - a task's exit or interrupt fails the task
+        _failed(intent, backend, task, record, exc, final=_is_final(exc, intent, backend))
+    try:
+        # A value that would not read back as it is fails the task: retrying
+        # would return the same value again.
+        record.return_value = check_storable(normalize_json(value), "the return value")
+    except (TypeError, ValueError) as exc:
+        _failed(intent, backend, task, record, exc, final=True)
+    record.has_return_value = True
+    finished = timezone.now()
+    # The result and the completion commit together, fenced by the claim.
+    with attempt.atomic():
+        _save(intent, record)
+    _send(
+        task_finished, backend, _result(intent, task, record, TaskResultStatus.SUCCESSFUL, finished)
+    )
+
+
+def worker_id() -> str:
+    """``host:pid`` of this worker process: what ``TaskResult.worker_ids`` lists."""
+    return f"{socket.gethostname()[:50]}:{os.getpid()}"
+
+
+def _failed(
+    intent: Intent,
+    backend: IntentsBackend,
+    task: Task[Any, Any],
+    record: TaskRecord,
+    exc: BaseException,
+    *,
+    final: bool,
+) -> NoReturn:
+    """Record ``exc``, tell receivers, and raise what makes the worker retry or cancel.
+
+    Called inside the ``except`` block, so receivers of ``task_finished`` (Django
+    logs failures from there) still see the exception in ``sys.exc_info()``.
+    """
+    if isinstance(exc, DatabaseError):
+        # The task may have broken this thread's connection; the payload is next.
+        connections[router.db_for_write(type(intent))].close_if_unusable_or_obsolete()
+    record.add_error(exc)
+    try:
+        _save(intent, record)
+    except ClaimLost as lost:
+        raise lost from exc
+    status = TaskResultStatus.FAILED if final else TaskResultStatus.READY
+    finished = timezone.now() if final else None
+    _send(task_finished, backend, _result(intent, task, record, status, finished))
+    if isinstance(exc, Stop):
+        raise exc
+    if final:
+        raise Stop(_cause(exc)) from exc
+    raise exc  # the worker retries it with backoff
+
+
+def _send(signal: Signal, backend: IntentsBackend, result: TaskResult[Any, Any]) -> None:
+    """Send a task signal; a failing receiver is logged, it never changes the outcome."""
+    for receiver, error in signal.send_robust(type(backend), task_result=result):
+        if isinstance(error, Exception):
+            log.error(
+                "task %s %s: signal receiver %r failed",
+                result.task.module_path,
+                result.id[:12],
+                receiver,
+                exc_info=error,
+            )
+
+
+def _is_final(exc: BaseException, intent: Intent, backend: IntentsBackend) -> bool:
+    """Does this failure end the task, or will it run again?"""
+    if isinstance(exc, Stop) or not isinstance(exc, Exception):
+        return True  # Stop, SystemExit, KeyboardInterrupt, ...
+    limits = [n for n in (backend.max_attempts, get_settings().max_attempts) if n is not None]
+    return bool(limits) and intent.attempts >= min(limits)
+
+
+def _save(intent: Intent, record: TaskRecord) -> None:
+    """Write the record, only while this attempt still holds the claim."""
+    saved = (
+        type(intent)
+        .objects.db_manager(router.db_for_write(type(intent)))
+        .filter(pk=intent.id, state="running", claim_token=intent.claim_token)
+        .update(payload=record.to_payload())
+    )
+    if not saved:
+        raise ClaimLost(f"intent {intent.id} was fenced while its task ran; its outcome is dropped")
+
+
+def _result(
+    intent: Intent,
+    task: Task[Any, Any],
+    record: TaskRecord,
+    status: TaskResultStatus,
+    finished_at: datetime | None = None,
+) -> TaskResult[Any, Any]:
+    return make_result(
+        task,
+        id=intent.id,
+        status=status,
+        enqueued_at=intent.created_at,
+        finished_at=finished_at,
+        record=record,
+    )
+
+
+def _backend(alias: str) -> IntentsBackend:
+    backend = task_backends[alias]
+    if not isinstance(backend, IntentsBackend):
+        raise InvalidTask(f"TASKS[{alias!r}] is {type(backend).__name__}, not IntentsBackend")
+    return backend
+
+
+def _cause(exc: BaseException) -> str:
+    """``Type: message``, as the worker writes ``last_error`` for any handler."""
+    message = str(exc)
+    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
