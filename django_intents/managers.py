@@ -9,7 +9,6 @@ taken over holds a token that no longer matches anything.
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import secrets
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -167,14 +166,10 @@ class IntentManager(models.Manager.from_queryset(IntentQuerySet)):  # type: igno
     def _insert(self, rows: Sequence[dict[str, Any]]) -> None:
         conn = self._connection()
         st = sql.statements(conn)
-        if st.insert_json:
-            statement, params = st.insert_json, [_json_rows(rows)]
-        else:
-            prepared = [_db_values(conn, st, row) for row in rows]
-            statement = st.insert.replace("{rows}", ", ".join([st.values_group()] * len(rows)))
-            params = [value for row in prepared for value in row]
+        prepared = [_db_values(conn, st, row) for row in rows]
+        statement = st.insert.replace("{rows}", ", ".join([st.values_group()] * len(rows)))
         with conn.cursor() as cursor:
-            cursor.execute(statement, params)
+            cursor.execute(statement, [value for row in prepared for value in row])
             kinds = [row[0] for row in cursor.fetchall()]
         _announce(conn, "pending", kinds)
 
@@ -570,20 +565,6 @@ def _db_values(conn: BaseDatabaseWrapper, st: sql.Statements, row: dict[str, Any
             value = _dt(conn, value)
         values.append(value)
     return values
-
-
-def _json_rows(rows: Sequence[dict[str, Any]]) -> str:
-    """The rows as one JSON array for ``insert_json``; payloads were checked by ``_check_json``."""
-    return json.dumps(
-        [
-            {
-                column: value.isoformat() if isinstance(value, datetime) else value
-                for column, value in row.items()
-                if column in sql.JSON_COLUMNS
-            }
-            for row in rows
-        ]
-    )
 
 
 def _from_rows(
