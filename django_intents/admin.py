@@ -10,12 +10,15 @@ the meantime, so there is no form to save.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from importlib.util import find_spec
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin, messages
 from django.contrib.admin.actions import delete_selected as django_delete_selected
@@ -30,7 +33,7 @@ from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.formats import localize
 from django.utils.functional import SimpleLazyObject
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 from django.utils.text import Truncator, capfirst
 from django.utils.translation import gettext as _
@@ -38,12 +41,18 @@ from django.utils.translation import gettext_lazy, ngettext
 
 from .models import Intent
 
+if TYPE_CHECKING:
+    from django.contrib.admin.options import _FieldsetSpec
+
 PENDING, RUNNING = Intent.State.PENDING, Intent.State.RUNNING
 SHORT_ID = 12
 ERROR_PREVIEW = 80
 ERROR_TITLE = 1000
+TARGET_PREVIEW = 60
 PAYLOAD_DISPLAY_LIMIT = 100_000
 SKIPPED_LOOKUP_BATCH = 500
+TASK_VALUE_LIMIT = 20_000  # per argument list, return value or traceback on the task block
+TASK_VALUE_INLINE = 80  # JSON shorter than this stays on one line
 
 
 # -- time, as people read it ---------------------------------------------------
@@ -240,6 +249,7 @@ class IntentAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     list_display = (
         "short_id",
         "kind",
+        "target_summary",
         "state_badge",
         "attempts",
         "next_run",
@@ -275,6 +285,15 @@ class IntentAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def short_id(self, intent: Intent) -> SafeString:
         return format_html(
             '<span class="intents-id" title="{}">{}</span>', intent.id, intent.id[:SHORT_ID]
+        )
+
+    # Not sortable: no index orders by target. A task intent's target is its function.
+    @admin.display(description=gettext_lazy("target"))
+    def target_summary(self, intent: Intent) -> SafeString:
+        return format_html(
+            '<span class="intents-target" title="{}">{}</span>',
+            intent.target,
+            Truncator(intent.target).chars(TARGET_PREVIEW),
         )
 
     @admin.display(description=gettext_lazy("state"), ordering="state")
@@ -323,17 +342,66 @@ class IntentAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             return None
         # Sorted: PostgreSQL and MySQL store JSON objects in their own key order anyway.
         text = json.dumps(intent.payload, indent=2, ensure_ascii=False, sort_keys=True)
-        if len(text) > PAYLOAD_DISPLAY_LIMIT:
-            text = (
-                text[:PAYLOAD_DISPLAY_LIMIT]
-                + "\n"
-                + _("… (%(count)d characters, truncated)") % {"count": len(text)}
+        return format_html(
+            '<pre class="intents-pre">{}</pre>', _truncated(text, PAYLOAD_DISPLAY_LIMIT)
+        )
+
+    @admin.display(description=gettext_lazy("task"))
+    def task_details(self, intent: Intent) -> SafeString | None:
+        """What a ``django.tasks`` intent runs and what became of it, as ``get_result`` reads it."""
+        record_module = _task_record_module()
+        if record_module is None or intent.kind != record_module.TASK_KIND:
+            return None
+        if intent.payload is None:
+            return format_html("<p>{}</p>", _("No task record: retention compacted the payload."))
+        try:
+            record = record_module.TaskRecord.from_payload(intent.payload)
+        except record_module.MalformedRecord as exc:
+            return format_html('<p class="intents-error">{}</p>', str(exc))
+        status = record_module.STATUS[intent.state]
+        rows: list[tuple[str, SafeString]] = [
+            (_("Function"), format_html("<code>{}</code>", record.path)),
+            (_("Arguments"), _pre_json(record.args)),
+            (_("Keyword arguments"), _pre_json(record.kwargs)),
+            (_("Status"), format_html("{}", status.label)),
+            (_("Queue"), format_html("{} (backend {})", record.queue_name, record.backend)),
+        ]
+        if record.idempotency_key is not None:
+            key = format_html("<code>{}</code>", record.idempotency_key)
+            rows.append((_("Idempotency key"), key))
+        if record.worker_ids:
+            rows.append((_("Workers"), format_html("{}", ", ".join(record.worker_ids))))
+        if record.has_return_value:
+            rows.append((_("Return value"), _pre_json(record.return_value)))
+        if record.errors:
+            last = record.errors[-1]
+            rows.append((_("Errors recorded"), format_html("{}", len(record.errors))))
+            rows.append(
+                (
+                    _("Last error"),
+                    format_html(
+                        '<code>{}</code><pre class="intents-pre">{}</pre>',
+                        last.exception_class_path,
+                        _truncated(last.traceback),
+                    ),
+                )
             )
-        return format_html('<pre class="intents-pre">{}</pre>', text)
+        return format_html(
+            '<table class="intents-task"><tbody>{}</tbody></table>',
+            format_html_join("", '<tr><th scope="row">{}</th><td>{}</td></tr>', rows),
+        )
+
+    def get_fieldsets(self, request: HttpRequest, obj: Intent | None = None) -> _FieldsetSpec:
+        """The declared fieldsets, with a "Task" section after the first for task intents."""
+        fieldsets = list(super().get_fieldsets(request, obj))
+        record_module = _task_record_module()
+        if obj is not None and record_module is not None and obj.kind == record_module.TASK_KIND:
+            fieldsets.insert(1, (_("Task"), {"fields": ("task_details",)}))
+        return fieldsets
 
     def get_readonly_fields(self, request: HttpRequest, obj: Intent | None = None) -> list[str]:
         """Everything: every model field (from ``_meta``, so new ones too) and the displays."""
-        displays = ["state_badge", "next_run", "last_error_text", "payload_pretty"]
+        displays = ["state_badge", "next_run", "last_error_text", "payload_pretty", "task_details"]
         return [field.name for field in self.opts.concrete_fields] + displays
 
     def render_change_form(
@@ -509,6 +577,36 @@ class IntentAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
         view.__name__ = f"{name}_view"
         return view
+
+
+@functools.cache
+def _task_record_module() -> ModuleType | None:
+    """``django_intents.tasks.record``, or None when no task framework is installed.
+
+    Looked up, not imported, first: on Django 5.2 without the django-tasks
+    backport, importing ``django_intents.tasks`` raises, and the admin must
+    work the same for every other kind.
+    """
+    if find_spec("django.tasks") is None and find_spec("django_tasks") is None:
+        return None
+    from .tasks import record
+
+    return record
+
+
+def _truncated(text: str, limit: int = TASK_VALUE_LIMIT) -> str:
+    """``text`` cut at ``limit`` characters, saying so."""
+    if len(text) <= limit:
+        return text
+    return text[:limit] + "\n" + _("… (%(count)d characters, truncated)") % {"count": len(text)}
+
+
+def _pre_json(value: Any) -> SafeString:
+    """``value`` as JSON in a ``<pre>``: on one line when short, indented when not."""
+    text = json.dumps(value, ensure_ascii=False, sort_keys=True)
+    if len(text) > TASK_VALUE_INLINE:
+        text = json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
+    return format_html('<pre class="intents-pre">{}</pre>', _truncated(text))
 
 
 def _for_transition(queryset: QuerySet[Intent]) -> list[Intent]:

@@ -2,7 +2,8 @@
 """Set up and run the example shop: ``python3 example_project/run.py``.
 
 Needs nothing but Python 3.11+. On the first run it creates ``.venv`` (the one
-``tests/run.py`` uses too) and installs the project into it; then, every time,
+``tests/run.py`` uses too) and installs the project into it, with the ``tasks``
+extra (the ``django.tasks`` backport on Django 5.2; harmless on 6); then, every time,
 it migrates the database (SQLite in ``--dir`` unless ``DATABASE_URL`` says
 ``postgres://...`` or ``mysql://...``), makes sure the superuser admin/admin
 exists, places a few sample orders (some to a flaky partner, so retries and a
@@ -86,7 +87,9 @@ def ensure_environment(database_url: str) -> str:
     so tests and repeated runs never touch pip.
     """
     extra, module = driver(database_url)
-    needed = ["django", "django_prometheus", "django_intents", *([module] if module else [])]
+    # django_intents.tasks imports only with a task framework: Django 6's own, or
+    # on Django 5.2 the django-tasks backport that the "tasks" extra installs.
+    needed = ["django", "django_prometheus", "django_intents.tasks", *([module] if module else [])]
     if sys.prefix != sys.base_prefix and imports(sys.executable, needed):
         return sys.executable
     python = VENV / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
@@ -96,7 +99,7 @@ def ensure_environment(database_url: str) -> str:
         if created.returncode:
             sys.exit("could not create .venv; on Debian or Ubuntu, install python3-venv first")
     if not imports(python, needed):
-        spec = f".[{extra}]" if extra else "."
+        spec = f".[tasks,{extra}]" if extra else ".[tasks]"
         say(f"installing django-intents ({spec}) into {VENV.name}; the first time takes a minute")
         pip = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
         if subprocess.run([*pip, "-e", spec], cwd=ROOT, check=False).returncode:  # noqa: S603
@@ -219,7 +222,7 @@ def progress(status: dict[str, Any]) -> str:
     line = "intents: " + ", ".join(f"{counts[state]} {state}" for state in STATES)
     line += (
         f"  |  receiver stored {status['webhooks_stored']} webhooks, "
-        f"{status['pushes_sent']} pushes sent"
+        f"{status['pushes_sent']} pushes sent, {status['receipts_sent']} receipts sent"
     )
     if counts["pending"] and status["next_due_in"]:
         line += f"  |  next retry in {status['next_due_in']:.1f} s"
@@ -235,15 +238,17 @@ def summary(status: dict[str, Any]) -> str:
         for kind, counts in status["intents"].items()
     ]
     rows.append(("all", [sum(row[1][i] for row in rows) for i in range(len(STATES))]))
-    header = f"{'kind':<10}" + "".join(f"{state:>11}" for state in STATES) + f"{'total':>8}"
+    width = max(10, *(len(kind) + 2 for kind, _ in rows))  # room for "django.tasks"
+    header = f"{'kind':<{width}}" + "".join(f"{state:>11}" for state in STATES) + f"{'total':>8}"
     lines = [header, "-" * len(header)]
     lines += [
-        f"{kind:<10}" + "".join(f"{n:>11}" for n in ns) + f"{sum(ns):>8}" for kind, ns in rows
+        f"{kind:<{width}}" + "".join(f"{n:>11}" for n in ns) + f"{sum(ns):>8}" for kind, ns in rows
     ]
     duplicates = status["webhook_deliveries"] - status["webhooks_stored"]
     lines.append(
         f"receiver: {status['webhooks_stored']} webhooks stored, "
-        f"{duplicates} duplicate deliveries ignored; {status['pushes_sent']} pushes sent"
+        f"{duplicates} duplicate deliveries ignored; {status['pushes_sent']} pushes sent, "
+        f"{status['receipts_sent']} receipts sent"
     )
     return "\n".join(lines)
 

@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
+import django
+
 BASE_DIR = Path(__file__).resolve().parent
 ROOT_DIR = BASE_DIR.parent
 DATA_DIR = Path(os.environ.get("EXAMPLE_DATA_DIR") or ROOT_DIR / ".tmp" / "example")
@@ -99,6 +101,10 @@ INSTALLED_APPS = [
     "django_intents",
     "example_project.shop",
 ]
+if django.VERSION < (6, 0):
+    # Django 5.2: django.tasks comes from the django-tasks backport, an app
+    # (run.py installs it with the "tasks" extra). Django 6 has it built in.
+    INSTALLED_APPS.insert(INSTALLED_APPS.index("django_intents"), "django_tasks")
 MIDDLEWARE = [
     "django_prometheus.middleware.PrometheusBeforeMiddleware",
     "django.middleware.security.SecurityMiddleware",
@@ -140,6 +146,10 @@ INTENTS = {
     "WORKERS": 4,
     "POLL_INTERVAL": 0.2,
 }
+
+# @task functions (shop/tasks.py) are stored as intents of kind "django.tasks"
+# and run by the same run_intent_workers pool, with the INTENTS settings above.
+TASKS = {"default": {"BACKEND": "django_intents.tasks.IntentsBackend"}}
 
 # Where orders placed on the site send their "order.placed" webhook. Empty means
 # the shop's own receiver (/webhooks/receive/), which plays the partner.

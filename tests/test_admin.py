@@ -31,7 +31,7 @@ pytestmark = pytest.mark.django_db
 TARGET = "https://partner.example/hooks"
 CHANGELIST = reverse("admin:django_intents_intent_changelist")
 # list_display index as the changelist's ?o= counts it: 0 is the action checkbox.
-NEXT_RUN_COLUMN = 5
+NEXT_RUN_COLUMN = 6
 
 
 def make(

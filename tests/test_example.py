@@ -1,7 +1,8 @@
 """The example shop (example_project/shop): what a Django team copies from it must hold.
 
-Views and signals enqueue in the caller's transaction; the receiver stores each
-delivery once; the handlers deliver over real HTTP and map answers to outcomes.
+Views, signals and the ``send_receipt`` task enqueue in the caller's transaction;
+the receiver stores each delivery once; the handlers deliver over real HTTP and
+map answers to outcomes; the task sends one receipt however often it runs.
 
 The shop is installed for this module only, with its own migration: installed in
 tests.settings, its ``webhook`` and ``push`` handlers would join every worker
@@ -30,6 +31,8 @@ from django.utils import timezone
 
 from django_intents import Attempt, ClaimLost, Stop, intent_id
 from django_intents.models import Intent
+from django_intents.tasks.compat import TaskResultStatus, task_enqueued
+from django_intents.tasks.runner import run_task
 from django_intents.worker import WorkerPool
 from example_project.settings import SQLITE_OPTIONS, database_from_url
 
@@ -38,10 +41,12 @@ from example_project.settings import SQLITE_OPTIONS, database_from_url
 # shop_app fixture installs it again, with these same classes, while tests run.
 with override_settings(INSTALLED_APPS=["django_intents", "example_project.shop"]):
     from example_project.shop.handlers import DeliveryFailed, deliver_webhook, send_push
-    from example_project.shop.models import Order, PushLog, ReceivedWebhook
+    from example_project.shop.models import Order, PushLog, Receipt, ReceivedWebhook
+    from example_project.shop.tasks import send_receipt
     from example_project.shop.views import refuses
 
 RECEIVER = "/webhooks/receive/"
+SEND_RECEIPT = "example_project.shop.tasks.send_receipt"
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -62,6 +67,7 @@ def shop_app(django_db_setup: None, django_db_blocker: Any) -> Iterator[None]:
         for model, model_admin in (
             (Order, shop_admin.OrderAdmin),
             (PushLog, shop_admin.PushLogAdmin),
+            (Receipt, shop_admin.ReceiptAdmin),
             (ReceivedWebhook, shop_admin.ReceivedWebhookAdmin),
         ):
             if not admin.site.is_registered(model):
@@ -120,6 +126,18 @@ def test_placing_an_order_records_exactly_one_webhook_to_the_shops_own_receiver(
 
 
 @pytest.mark.django_db
+def test_placing_an_order_enqueues_exactly_one_receipt_task_for_it(client: Client):
+    client.post(reverse("shop:place-order"), order_form())
+
+    order = Order.objects.get()
+    task = Intent.objects.get(kind="django.tasks")
+    assert (task.target, task.state) == (SEND_RECEIPT, "pending")
+    result = send_receipt.get_result(task.id)
+    assert (result.status, result.args, result.kwargs) == (TaskResultStatus.READY, [order.pk], {})
+    assert not Receipt.objects.exists()  # a worker sends it
+
+
+@pytest.mark.django_db
 def test_the_chosen_partner_behaviour_is_the_webhook_targets_query(client: Client):
     client.post(reverse("shop:place-order"), order_form(partner="gone"))
 
@@ -154,6 +172,27 @@ def test_a_view_failing_after_enqueueing_leaves_neither_order_nor_intents(
 
     with pytest.raises(Boom):
         client.post(reverse("shop:place-order"), order_form())
+
+    assert not Order.objects.exists()
+    assert not Intent.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_view_failing_after_enqueueing_the_receipt_leaves_neither_order_nor_intents(
+    client: Client,
+):
+    def fail_once_the_task_is_stored(sender: Any, task_result: Any, **kwargs: Any) -> None:
+        # Sent by enqueue after its INSERT, inside the view's transaction.
+        assert Intent.objects.filter(pk=task_result.id, kind="django.tasks").exists()
+        assert Order.objects.exists()
+        raise Boom("the view failed after enqueueing the receipt")
+
+    task_enqueued.connect(fail_once_the_task_is_stored, dispatch_uid="test_example.fail")
+    try:
+        with pytest.raises(Boom):
+            client.post(reverse("shop:place-order"), order_form())
+    finally:
+        task_enqueued.disconnect(dispatch_uid="test_example.fail")
 
     assert not Order.objects.exists()
     assert not Intent.objects.exists()
@@ -261,6 +300,40 @@ def test_the_admins_mark_shipped_action_records_a_push_per_order_shipped(admin_c
     events = set(Intent.objects.filter(kind="push").values_list("event_id", flat=True))
     assert {f"order-{order.pk}-shipped" for order in placed} <= events
     assert Intent.objects.filter(kind="push", event_id__endswith="-shipped").count() == 3
+
+
+# -- the task: one receipt per order ------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_the_receipt_task_sends_one_receipt_however_often_it_runs():
+    order = place(item="Scale")
+
+    first = send_receipt.call(order.pk)
+    again = send_receipt.call(order.pk)  # at least once: a second run after a lost lease
+
+    receipt = Receipt.objects.get()
+    assert first == again == {"receipt": receipt.pk, "sent_to": "ada@example.com"}
+    assert (receipt.order, receipt.text) == (
+        order,
+        f"Thank you for order #{order.pk}: Scale, 89.00",
+    )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_pool_runs_the_views_receipt_task_and_its_result_reads_back(client: Client):
+    client.post(reverse("shop:place-order"), order_form())
+    task = Intent.objects.get(kind="django.tasks")
+    pool = WorkerPool(handlers={"django.tasks": run_task}, drain=True, handle_signals=False)
+
+    assert pool.run() == 0
+
+    result = send_receipt.get_result(task.id)
+    receipt = Receipt.objects.get()
+    assert result.status == TaskResultStatus.SUCCESSFUL
+    assert result.return_value == {"receipt": receipt.pk, "sent_to": "ada@example.com"}
+    assert receipt.order == Order.objects.get()
+    assert Intent.objects.filter(kind__in=["webhook", "push"], state="pending").count() == 2
 
 
 # -- the receiver: each delivery stored once ---------------------------------------------
@@ -371,6 +444,7 @@ def test_the_status_endpoint_counts_intents_per_kind_and_state(client: Client):
     }
     assert status["next_due_in"] == 0
     assert status["pushes_sent"] == 1
+    assert status["receipts_sent"] == 0
 
 
 # -- the handlers, against the receiver over real HTTP ------------------------------------

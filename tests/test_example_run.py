@@ -35,7 +35,7 @@ RUN = ROOT / "example_project" / "run.py"
 MANAGE = ROOT / "manage.py"
 STATES = ("pending", "running", "completed", "cancelled")
 SAMPLE_ORDERS = 6  # seed_shop's SAMPLES
-TABLE_ROW = re.compile(r"^(\w+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)$", re.MULTILINE)
+TABLE_ROW = re.compile(r"^([\w.]+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)$", re.MULTILINE)
 
 
 def free_port_pair() -> int:
@@ -120,7 +120,15 @@ def test_drain_sets_up_a_fresh_shop_processes_every_intent_and_prints_a_summary(
     assert "creating" not in output  # this interpreter was used; no .venv was made
     assert "created superuser 'admin' (password 'admin')" in output
     rows = summary_rows(result.stdout)
-    assert set(rows) == {"push", "webhook", "all"}, output
+    assert set(rows) == {"django.tasks", "push", "webhook", "all"}, output
+    # Each order's send_receipt task, enqueued with it as the order view does.
+    assert rows["django.tasks"] == {
+        "pending": 0,
+        "running": 0,
+        "completed": SAMPLE_ORDERS,
+        "cancelled": 0,
+        "total": SAMPLE_ORDERS,
+    }
     # Every order's placed push, plus the shipped one; two of them sent inline.
     assert rows["push"] == {
         "pending": 0,
@@ -137,9 +145,9 @@ def test_drain_sets_up_a_fresh_shop_processes_every_intent_and_prints_a_summary(
         "cancelled": 1,
         "total": SAMPLE_ORDERS,
     }
-    assert rows["all"]["total"] == 2 * SAMPLE_ORDERS + 1
+    assert rows["all"]["total"] == 3 * SAMPLE_ORDERS + 1
     assert f"receiver: {SAMPLE_ORDERS - 1} webhooks stored" in result.stdout
-    assert f"{SAMPLE_ORDERS + 1} pushes sent" in result.stdout
+    assert f"{SAMPLE_ORDERS + 1} pushes sent, {SAMPLE_ORDERS} receipts sent" in result.stdout
     # The worker logged the retry and the cancellation, and the script drained again.
     assert re.search(r"\(attempt 1\): failed: DeliveryFailed: .*HTTP 503; retry in \d+ s", output)
     assert re.search(r"\(attempt 1\): stopped by its handler, cancelled: .*HTTP 410", output)
@@ -228,6 +236,8 @@ def test_the_interactive_run_serves_the_shop_and_workers_until_ctrl_c(
             receiver = site + "webhooks/receive/"
             assert intent_id("webhook", "order-1-placed", receiver) in listing
             assert intent_id("push", "order-1-shipped", "customer:ada@example.com") in listing
+            # Task intents are listed with their function as the target.
+            assert "example_project.shop.tasks.send_receipt" in listing
             found = fetch(admin, site + "admin/django_intents/intent/?q=order-6-placed")
             assert intent_id("webhook", "order-6-placed", receiver + "?status=410") in found
             assert intent_id("webhook", "order-1-placed", receiver) not in found

@@ -6,7 +6,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.translation import ngettext
 
-from .models import Order, PushLog, ReceivedWebhook
+from .models import Order, PushLog, Receipt, ReceivedWebhook
 
 
 @admin.register(Order)
@@ -44,6 +44,14 @@ class OrderAdmin(admin.ModelAdmin):
 class PushLogAdmin(admin.ModelAdmin):
     list_display = ("sent_at", "recipient", "message", "sent_by", "intent_id")
     list_filter = ("sent_by",)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+
+@admin.register(Receipt)
+class ReceiptAdmin(admin.ModelAdmin):
+    list_display = ("sent_at", "order", "recipient", "text")
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

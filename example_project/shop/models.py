@@ -1,4 +1,4 @@
-"""An order, and the two places its side effects land: a push log and a partner's inbox."""
+"""An order, and where its side effects land: a push log, a partner's inbox, a receipt."""
 
 from __future__ import annotations
 
@@ -144,3 +144,22 @@ class ReceivedWebhook(models.Model):
 
     def __str__(self) -> str:
         return f"webhook {self.key[:12]} ({self.deliveries} deliveries)"
+
+
+class Receipt(models.Model):
+    """Stands in for a receipt e-mail: written by the ``send_receipt`` task (shop/tasks.py).
+
+    One per order (``order`` is unique), so a task that runs twice (a worker died
+    after writing it, and the lease expired) still sends one receipt.
+    """
+
+    order = models.OneToOneField(Order, on_delete=models.CASCADE, related_name="receipt")
+    recipient = models.CharField(max_length=100)
+    text = models.CharField(max_length=300)
+    sent_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ("-sent_at", "-id")
+
+    def __str__(self) -> str:
+        return f"receipt to {self.recipient}: {self.text}"

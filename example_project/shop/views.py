@@ -8,6 +8,7 @@ import logging
 
 from django.conf import settings
 from django.contrib import messages
+from django.db import transaction
 from django.db.models import Count, F, Min, Sum
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
@@ -19,7 +20,8 @@ from django.views.decorators.http import require_GET, require_POST
 from django_intents.models import Intent
 
 from .forms import OrderForm
-from .models import Order, PushLog, ReceivedWebhook
+from .models import Order, PushLog, Receipt, ReceivedWebhook
+from .tasks import send_receipt
 
 logger = logging.getLogger(__name__)
 
@@ -36,6 +38,7 @@ def index(request: HttpRequest, form: OrderForm | None = None) -> HttpResponse:
             for kind, by_state in _counts().items()
         ],
         "pushes": PushLog.objects.all()[:10],
+        "receipts": Receipt.objects.all()[:10],
         "webhooks": ReceivedWebhook.objects.all()[:10],
     }
     return render(request, "shop/index.html", context, status=400 if form else 200)
@@ -43,18 +46,28 @@ def index(request: HttpRequest, form: OrderForm | None = None) -> HttpResponse:
 
 @require_POST
 def place_order(request: HttpRequest) -> HttpResponse:
-    """Place an order; its webhook and push intents commit with it (see ``Order.objects.place``)."""
+    """Place an order; its webhook, push and receipt task commit with it, or none of them do.
+
+    The webhook and the push are recorded by ``Order.objects.place``; the receipt
+    is a ``@task`` enqueued through Django's own task API. ``IntentsBackend``
+    stores it in this transaction, so a receipt is never sent for an order that
+    rolled back, nor lost for one that committed.
+    """
     form = OrderForm(request.POST)
     if not form.is_valid():
         return index(request, form)
-    order = Order.objects.place(
-        customer=form.cleaned_data["customer"],
-        item=form.cleaned_data["item"],
-        total=form.cleaned_data["total"],
-        partner_url=partner_url(request) + form.partner_query(),
-        push_inline=form.cleaned_data["push_inline"],
+    with transaction.atomic():
+        order = Order.objects.place(
+            customer=form.cleaned_data["customer"],
+            item=form.cleaned_data["item"],
+            total=form.cleaned_data["total"],
+            partner_url=partner_url(request) + form.partner_query(),
+            push_inline=form.cleaned_data["push_inline"],
+        )
+        send_receipt.enqueue(order.pk)
+    messages.success(
+        request, f"Placed order #{order.pk}; its webhook, push and receipt are on their way."
     )
-    messages.success(request, f"Placed order #{order.pk}; its webhook and push are on their way.")
     return redirect("shop:index")
 
 
@@ -80,6 +93,7 @@ def status(request: HttpRequest) -> JsonResponse:
             "webhooks_stored": received["stored"],
             "webhook_deliveries": received["deliveries"] or 0,
             "pushes_sent": PushLog.objects.count(),
+            "receipts_sent": Receipt.objects.count(),
         }
     )
 

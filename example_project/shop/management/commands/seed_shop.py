@@ -11,6 +11,7 @@ from django.db import transaction
 from django.urls import reverse
 
 from ...models import Order
+from ...tasks import send_receipt
 
 ADMIN_USERNAME = "admin"
 ADMIN_PASSWORD = "admin"
@@ -73,16 +74,21 @@ class Command(BaseCommand):
         orders = []
         for customer, item, total, behaviour, push_inline in SAMPLES:
             query, meaning = partner(behaviour, fail)
-            order = Order.objects.place(
-                customer=customer,
-                item=item,
-                total=Decimal(total),
-                partner_url=receiver + query,
-                push_inline=push_inline,
-            )
+            # As the order view does: the order, its intents and its receipt task together.
+            with transaction.atomic():
+                order = Order.objects.place(
+                    customer=customer,
+                    item=item,
+                    total=Decimal(total),
+                    partner_url=receiver + query,
+                    push_inline=push_inline,
+                )
+                send_receipt.enqueue(order.pk)
             orders.append(order)
             push = "; push sent inline" if push_inline else ""
-            self.stdout.write(f"placed order #{order.pk} ({item}): webhook, {meaning}{push}")
+            self.stdout.write(
+                f"placed order #{order.pk} ({item}): receipt task; webhook, {meaning}{push}"
+            )
 
         # A status change is a second save: post_save records the "shipped" push.
         with transaction.atomic():
