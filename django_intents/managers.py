@@ -9,10 +9,11 @@ taken over holds a token that no longer matches anything.
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import secrets
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.db import connections, models, router, transaction
@@ -32,6 +33,7 @@ ORDER = ("next_at", "created_at", "id")
 STATES = ("pending", "running", "completed", "cancelled")
 INSERT_BATCH = 500
 MAX_ERROR_LENGTH = 10_000
+MAX_LIMIT = 2**63 - 1  # the largest LIMIT that SQLite, PostgreSQL and MariaDB all accept
 ITEM_KEYS = frozenset({"kind", "event_id", "target", "payload", "next_at", "id"})
 
 
@@ -166,10 +168,14 @@ class IntentManager(models.Manager.from_queryset(IntentQuerySet)):  # type: igno
     def _insert(self, rows: Sequence[dict[str, Any]]) -> None:
         conn = self._connection()
         st = sql.statements(conn)
-        prepared = [_db_values(conn, st, row) for row in rows]
-        statement = st.insert.replace("{rows}", ", ".join([st.values_group()] * len(rows)))
+        if st.insert_json:
+            statement, params = st.insert_json, [_json_rows(rows)]
+        else:
+            prepared = [_db_values(conn, st, row) for row in rows]
+            statement = st.insert.replace("{rows}", ", ".join([st.values_group()] * len(rows)))
+            params = [value for row in prepared for value in row]
         with conn.cursor() as cursor:
-            cursor.execute(statement, [value for row in prepared for value in row])
+            cursor.execute(statement, params)
             kinds = [row[0] for row in cursor.fetchall()]
         _announce(conn, "pending", kinds)
 
@@ -197,8 +203,9 @@ class IntentManager(models.Manager.from_queryset(IntentQuerySet)):  # type: igno
         """Claim up to ``limit`` due intents in claim order, in one transaction."""
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise ValueError(f"limit must be a positive integer, not {limit!r}")
+        limit = min(limit, MAX_LIMIT)
         now = _now(now)
-        until = now + _lease(lease)
+        until = _later(now, _lease(lease), "lease")
         kind_list = _kinds(kinds)
         if kind_list == []:
             return []
@@ -207,7 +214,7 @@ class IntentManager(models.Manager.from_queryset(IntentQuerySet)):  # type: igno
         max_attempts = get_settings().max_attempts
         if max_attempts is not None:
             self._cancel_exhausted(conn, st, now, max_attempts, kind_list)
-        filters, params = sql.kind_filter(kind_list)
+        filters, params = sql.kind_filter(kind_list, conn.vendor)
         if max_attempts is not None:
             filters += " AND (state = 'pending' OR attempts < %s)"
             params.append(max_attempts)
@@ -326,6 +333,31 @@ class IntentManager(models.Manager.from_queryset(IntentQuerySet)):  # type: igno
                 cancelled = [row[1] for row in found]
         _announce(conn, "cancelled", cancelled)
 
+    def has_due(self, *, now: datetime | None = None, kinds: Iterable[str] | None = None) -> bool:
+        """Whether a claim at ``now`` would find an intent: one index lookup, no lock, no write.
+
+        Lets a poller on SQLite, where every claim takes the database's one
+        write lock, look before it claims.
+        """
+        now = _now(now)
+        kind_list = _kinds(kinds)
+        if kind_list == []:
+            return False
+        conn = self._connection()
+        st = sql.statements(conn)
+        at = _dt(conn, now)
+        filters, params = sql.kind_filter(kind_list, conn.vendor)
+        with conn.cursor() as cursor:
+            if conn.vendor == "mysql":
+                for branch in sql.DUE_BRANCHES:
+                    statement = st.due_probe.replace("{branch}", branch)
+                    cursor.execute(statement.replace("{filters}", filters), [at, *params])
+                    if cursor.fetchone() is not None:
+                        return True
+                return False
+            cursor.execute(st.due_probe.replace("{filters}", filters), [at, at, *params])
+            return cursor.fetchone() is not None
+
     # -- fenced transitions ----------------------------------------------------
 
     def renew(
@@ -338,7 +370,7 @@ class IntentManager(models.Manager.from_queryset(IntentQuerySet)):  # type: igno
     ) -> bool:
         """Extend the lease of a claim this caller still holds."""
         now = _now(now)
-        until = now + _lease(lease)
+        until = _later(now, _lease(lease), "lease")
         conn = self._connection()
         args = [_dt(conn, until), _dt(conn, now), check_id(id), _token(claim_token)]
         with conn.cursor() as cursor:
@@ -349,6 +381,66 @@ class IntentManager(models.Manager.from_queryset(IntentQuerySet)):  # type: igno
         conn = self._connection()
         args = [_dt(conn, _now(now)), check_id(id), _token(claim_token)]
         return self._transition(conn, sql.statements(conn).complete, args, id, "completed")
+
+    def complete_many(
+        self, pairs: Iterable[tuple[str, str]], *, now: datetime | None = None
+    ) -> list[str]:
+        """Complete every ``(id, claim_token)`` claim still held; return the ids completed.
+
+        The batch form of ``complete`` for workers that finish many intents at
+        once: one statement per ``INSERT_BATCH`` pairs instead of one per
+        intent, each fenced exactly as ``complete`` is, so a pair whose claim
+        was lost is left alone and missing from the result.
+        """
+        now = _now(now)
+        if isinstance(pairs, str | bytes):
+            raise TypeError("pairs must be an iterable of (id, claim_token) pairs")
+        checked = list(dict.fromkeys((check_id(id), _token(token)) for id, token in pairs))
+        if not checked:
+            return []
+        conn = self._connection()
+        st = sql.statements(conn)
+        at = _dt(conn, now)
+        batches = [checked[i : i + INSERT_BATCH] for i in range(0, len(checked), INSERT_BATCH)]
+        done: list[tuple[str, str]] = []
+        with transaction.atomic(using=conn.alias) if len(batches) > 1 else _nothing():
+            for batch in batches:
+                done += self._complete_batch(conn, st, at, batch)
+        _announce(conn, "completed", [kind for _, kind in done])
+        completed = {id for id, _ in done}
+        return list(dict.fromkeys(id for id, _ in checked if id in completed))
+
+    def _complete_batch(
+        self,
+        conn: BaseDatabaseWrapper,
+        st: sql.Statements,
+        at: Any,
+        pairs: list[tuple[str, str]],
+    ) -> list[tuple[str, str]]:
+        """Complete one batch; return ``(id, kind)`` of the intents completed."""
+        if conn.vendor == "postgresql":
+            with conn.cursor() as cursor:
+                cursor.execute(st.complete_many, [at, [p[0] for p in pairs], [p[1] for p in pairs]])
+                return [(row[0], row[1]) for row in cursor.fetchall()]
+        ids = list(dict.fromkeys(id for id, _ in pairs))
+        if st.returning:
+            statement = st.complete_many.replace("{ids}", ", ".join(["%s"] * len(ids)))
+            statement = statement.replace("{pairs}", ", ".join(["(%s, %s)"] * len(pairs)))
+            args = [at, *ids, *(value for pair in pairs for value in pair)]
+            with conn.cursor() as cursor:
+                cursor.execute(statement, args)
+                return [(row[0], row[1]) for row in cursor.fetchall()]
+        wanted = set(pairs)
+        with transaction.atomic(using=conn.alias), conn.cursor() as cursor:
+            marks = ", ".join(["%s"] * len(ids))
+            cursor.execute(st.complete_many_lock.replace("{ids}", marks), ids)
+            held = [(id, kind) for id, kind, token in cursor.fetchall() if (id, token) in wanted]
+            if held:
+                marks = ", ".join(["%s"] * len(held))
+                cursor.execute(
+                    st.complete_many.replace("{ids}", marks), [at, *(id for id, _ in held)]
+                )
+        return held
 
     def retry(
         self,
@@ -375,7 +467,7 @@ class IntentManager(models.Manager.from_queryset(IntentQuerySet)):  # type: igno
         if max_attempts is not None and attempts >= max_attempts:
             args = [error, _dt(conn, now), id, claim_token]
             return self._transition(conn, st.cancel_claim, args, id, "cancelled")
-        next_at = now + backoff(id, attempts)
+        next_at = _later(now, backoff(id, attempts), "backoff")
         args = [_dt(conn, next_at), error, _dt(conn, now), id, claim_token]
         return self._transition(conn, st.retry, args, id, "pending")
 
@@ -479,7 +571,18 @@ def _aware(name: str, value: Any) -> datetime:
         raise TypeError(f"{name} must be a datetime, not {type(value).__name__}")
     if timezone.is_naive(value):
         raise ValueError(f"{name} must be an aware datetime (USE_TZ), not naive {value}")
+    try:
+        value.astimezone(UTC)
+    except OverflowError:
+        raise ValueError(f"{name} {value} is outside the calendar once converted to UTC") from None
     return value
+
+
+def _later(now: datetime, delta: timedelta, name: str) -> datetime:
+    try:
+        return now + delta
+    except OverflowError:
+        raise ValueError(f"{name} {delta} from {now} ends after the year 9999") from None
 
 
 def _lease(lease: Any) -> timedelta:
@@ -488,12 +591,15 @@ def _lease(lease: Any) -> timedelta:
     if isinstance(lease, timedelta):
         seconds = lease.total_seconds()
     elif isinstance(lease, int | float) and not isinstance(lease, bool):
-        seconds = float(lease)
+        seconds = lease
     else:
         raise TypeError(f"lease must be seconds or a timedelta, not {type(lease).__name__}")
-    if not math.isfinite(seconds) or seconds <= 0:
+    if not 0 < seconds < math.inf:
         raise ValueError(f"lease must be a positive duration, not {lease!r}")
-    return timedelta(seconds=seconds)
+    try:
+        return timedelta(seconds=seconds)
+    except OverflowError:
+        raise ValueError(f"lease must be shorter than {timedelta.max}, not {lease!r}") from None
 
 
 def _kinds(kinds: Any) -> list[str] | None:
@@ -507,6 +613,12 @@ def _kinds(kinds: Any) -> list[str] | None:
 def _token(token: Any) -> str:
     if not isinstance(token, str):
         raise TypeError(f"claim_token must be a string, not {type(token).__name__}")
+    if "\x00" in token:
+        raise ValueError("claim_token must not contain NUL characters")
+    try:
+        token.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("claim_token is not valid Unicode text (lone surrogate)") from None
     return token
 
 
@@ -567,6 +679,20 @@ def _db_values(conn: BaseDatabaseWrapper, st: sql.Statements, row: dict[str, Any
     return values
 
 
+def _json_rows(rows: Sequence[dict[str, Any]]) -> str:
+    """The rows as one JSON array for ``insert_json``; payloads were checked by ``_check_json``."""
+    return json.dumps(
+        [
+            {
+                column: value.isoformat() if isinstance(value, datetime) else value
+                for column, value in row.items()
+                if column in sql.JSON_COLUMNS
+            }
+            for row in rows
+        ]
+    )
+
+
 def _from_rows(
     conn: BaseDatabaseWrapper, st: sql.Statements, rows: Sequence[Sequence[Any]]
 ) -> list[Intent]:
@@ -600,6 +726,11 @@ def _announce(conn: BaseDatabaseWrapper, to: str, kinds: list[str]) -> None:
         transaction.on_commit(send, using=conn.alias)
     else:
         send()
+
+
+@contextlib.contextmanager
+def _nothing() -> Iterator[None]:
+    yield
 
 
 @contextlib.contextmanager

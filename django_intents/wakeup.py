@@ -12,6 +12,12 @@ and never for a rolled-back enqueue. The listener holds a connection of its
 own (``LISTEN`` is per session, and the pool's connections are closed and
 reopened between iterations), so an idle pool starts new work within
 milliseconds instead of at its next poll.
+
+SQLite has no notifications, but it counts commits: ``PRAGMA data_version``
+changes when another connection has committed, and reading it takes no lock.
+The commit watcher reads it every few milliseconds on a connection of its own
+and rings the alarm on a change; the pool then looks (``has_due``, a read)
+before it claims, so an idle pool still never takes the write lock for nothing.
 """
 
 from __future__ import annotations
@@ -150,3 +156,57 @@ class Listener:
         )
         wrapper.ensure_connection()
         return wrapper
+
+
+def commit_watch_supported(connection: BaseDatabaseWrapper) -> bool:
+    """Whether :class:`CommitWatcher` can see other processes' commits: an SQLite file."""
+    if connection.vendor != "sqlite":
+        return False
+    return not connection.is_in_memory_db()  # type: ignore[attr-defined]
+
+
+class CommitWatcher:
+    """SQLite: call ``wake`` when another connection commits to the database.
+
+    Any commit counts, not only an enqueue, so ``wake`` is called at most once
+    per ``INTERVAL``; a busy application costs the pool one index lookup per
+    interval, an idle one nothing but this thread's reads of a counter.
+    """
+
+    INTERVAL = 0.005
+
+    def __init__(self, *, using: str, wake: Callable[[], None]) -> None:
+        self._using = using
+        self._wake = wake
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="intents-watcher", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float = 2.0) -> None:
+        self._stopped.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        base = connections[self._using]
+        wrapper: BaseDatabaseWrapper = type(base)(dict(base.settings_dict), self._using)
+        try:
+            wrapper.ensure_connection()
+            raw = wrapper.connection
+            seen = raw.execute("PRAGMA data_version").fetchone()[0]
+            while not self._stopped.wait(self.INTERVAL):
+                version = raw.execute("PRAGMA data_version").fetchone()[0]
+                if version != seen:
+                    seen = version
+                    self._wake()
+        except Exception as exc:  # polling still finds every intent, only later
+            log.warning(
+                "SQLite commit watcher stopped (%s: %s); polling only",
+                type(exc).__name__,
+                " ".join(str(exc).split()),
+            )
+        finally:
+            with contextlib.suppress(Exception):
+                wrapper.close()

@@ -1,0 +1,82 @@
+"""Settings for the benchmark: one system on one database, chosen by the environment.
+
+``BENCH_DB`` is ``sqlite``, ``postgresql`` or ``mysql``; ``BENCH_SYSTEM`` is
+``intents`` or one of the peers (``tasks_db``, ``ox``, ``procrastinate``).
+Each system gets its own database (``bench_<system>``), so a run never touches
+the test databases and one system's dead rows never slow another down. Every
+system runs with persistent connections (``CONN_MAX_AGE = None``), the
+setting each one documents for throughput.
+"""
+
+import os
+from pathlib import Path
+
+BENCH_DIR = Path(__file__).resolve().parent
+VENDOR = os.environ.get("BENCH_DB", "sqlite")
+SYSTEM = os.environ.get("BENCH_SYSTEM", "intents")
+NAME = f"bench_{SYSTEM}"
+WORK = Path(os.environ.get("BENCH_WORK", BENCH_DIR.parent / ".tmp" / "bench"))
+WORK.mkdir(parents=True, exist_ok=True)
+
+if VENDOR == "sqlite":
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": str(WORK / f"{NAME}.sqlite3"),
+            # The project's documented SQLite settings (docs/operations.md).
+            "OPTIONS": {
+                "transaction_mode": "IMMEDIATE",
+                "timeout": 20,
+                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+            },
+        }
+    }
+elif VENDOR == "postgresql":
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.postgresql",
+            "NAME": NAME,
+            "USER": os.environ.get("PGUSER", "postgres"),
+            "HOST": os.environ.get("PGHOST", "127.0.0.1"),
+            "PORT": os.environ.get("PGPORT", "5432"),
+        }
+    }
+elif VENDOR == "mysql":
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.mysql",
+            "NAME": NAME,
+            "USER": os.environ.get("MYSQL_USER", "root"),
+            "PASSWORD": os.environ.get("MYSQL_PASSWORD", ""),
+            "HOST": os.environ.get("MYSQL_HOST", "127.0.0.1"),
+            "PORT": os.environ.get("MYSQL_PORT", "3306"),
+            "OPTIONS": {"charset": "utf8mb4"},
+        }
+    }
+else:
+    raise RuntimeError(f"BENCH_DB must be sqlite, postgresql or mysql, not {VENDOR!r}")
+DATABASES["default"]["CONN_MAX_AGE"] = None
+if os.environ.get("BENCH_SSB"):
+    DATABASES["default"].setdefault("OPTIONS", {})["server_side_binding"] = True
+
+SECRET_KEY = "django-intents-bench"  # noqa: S105
+DEBUG = False
+USE_TZ = True
+TIME_ZONE = "UTC"
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+INSTALLED_APPS = ["django.contrib.contenttypes", "bench.benchapp.apps.BenchConfig"]
+LOGGING_CONFIG = None
+
+if SYSTEM == "intents":
+    INSTALLED_APPS.append("django_intents")
+    INTENTS: dict[str, object] = {}
+elif SYSTEM == "tasks_db":
+    INSTALLED_APPS.append("django_tasks_db")
+    TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}
+elif SYSTEM == "ox":
+    INSTALLED_APPS.append("django_ox")
+    TASKS = {"default": {"BACKEND": "django_ox.backend.OxBackend"}}
+elif SYSTEM == "procrastinate":
+    INSTALLED_APPS.append("procrastinate.contrib.django")
+else:
+    raise RuntimeError(f"unknown BENCH_SYSTEM {SYSTEM!r}")

@@ -1,0 +1,157 @@
+"""Batch transitions and the due probe: ``complete_many`` and ``has_due``."""
+
+import pytest
+from django.db import transaction
+
+from django_intents.models import Intent
+from django_intents.signals import intents_transitioned
+
+from .conftest import T0, at, enqueue, row, snapshot
+
+pytestmark = pytest.mark.django_db
+
+
+def claimed(n: int, lease: float = 30) -> list[tuple[str, str]]:
+    enqueue(n)
+    return [(i.id, i.claim_token) for i in Intent.objects.claim_many(n, now=T0, lease=lease)]
+
+
+def test_complete_many_completes_every_held_claim_and_returns_ids_in_order():
+    pairs = claimed(3)
+    assert Intent.objects.complete_many(pairs, now=at(5)) == [id for id, _ in pairs]
+    for id, _ in pairs:
+        intent = row(id)
+        assert (intent.state, intent.claim_token, intent.claim_until) == ("completed", "", None)
+        assert (intent.updated_at, intent.attempts) == (at(5), 1)
+
+
+def test_complete_many_skips_a_stale_token_and_completes_the_rest():
+    (a, token_a), (b, token_b) = claimed(2)
+    assert Intent.objects.complete_many([(a, "0" * 32), (b, token_b)], now=at(1)) == [b]
+    assert row(a).state == "running"
+    assert row(a).claim_token == token_a
+    assert row(b).state == "completed"
+
+
+def test_complete_many_skips_an_intent_taken_over_after_its_lease_expired():
+    [(id, old)] = claimed(1, lease=10)
+    new = Intent.objects.claim(now=at(11), lease=10).claim_token
+    assert Intent.objects.complete_many([(id, old)], now=at(12)) == []
+    assert row(id).claim_token == new
+    assert Intent.objects.complete_many([(id, new)], now=at(12)) == [id]
+
+
+def test_complete_many_leaves_pending_completed_and_cancelled_intents_alone():
+    pairs = claimed(3)
+    (a, ta), (b, tb), (c, tc) = pairs
+    Intent.objects.complete(a, ta, now=at(1))
+    Intent.objects.cancel(b, now=at(1))
+    Intent.objects.retry_now(c, now=at(1))
+    before = snapshot()
+    assert Intent.objects.complete_many(pairs, now=at(2)) == []
+    assert snapshot() == before
+
+
+def test_complete_many_of_nothing_is_a_no_op(django_assert_num_queries):
+    with django_assert_num_queries(0):
+        assert Intent.objects.complete_many([]) == []
+
+
+def test_complete_many_uses_one_query_per_batch_on_returning_databases(
+    django_assert_max_num_queries,
+):
+    pairs = claimed(20)
+    # MariaDB locks, then updates: two statements and the transaction around them.
+    with django_assert_max_num_queries(4):
+        assert len(Intent.objects.complete_many(pairs, now=at(1))) == 20
+
+
+def test_complete_many_splits_large_batches_and_completes_them_all():
+    pairs = claimed(1100)
+    assert len(Intent.objects.complete_many(pairs, now=at(1))) == 1100
+    assert Intent.objects.filter(state="completed").count() == 1100
+
+
+def test_complete_many_ignores_a_pair_given_twice():
+    pairs = claimed(1)
+    assert Intent.objects.complete_many(pairs * 2, now=at(1)) == [pairs[0][0]]
+
+
+def test_complete_many_refuses_a_bad_id_before_writing():
+    pairs = claimed(1)
+    before = snapshot()
+    with pytest.raises(ValueError):
+        Intent.objects.complete_many([*pairs, ("", "x")], now=at(1))
+    with pytest.raises(TypeError):
+        Intent.objects.complete_many([(pairs[0][0], None)], now=at(1))
+    with pytest.raises(TypeError):
+        Intent.objects.complete_many("abc", now=at(1))
+    assert snapshot() == before
+
+
+def test_complete_many_announces_the_completed_kinds_after_commit(
+    django_capture_on_commit_callbacks,
+):
+    seen = []
+
+    def receiver(sender, to, kinds, **kwargs):
+        seen.append((to, sorted(kinds)))
+
+    intents_transitioned.connect(receiver)
+    try:
+        pairs = claimed(2)
+        seen.clear()
+        with django_capture_on_commit_callbacks(execute=True), transaction.atomic():
+            Intent.objects.complete_many([*pairs, (pairs[0][0], "0" * 32)], now=at(1))
+            assert seen == []
+        assert seen == [("completed", ["webhook", "webhook"])]
+    finally:
+        intents_transitioned.disconnect(receiver)
+
+
+def test_complete_many_inside_a_rolled_back_transaction_changes_nothing():
+    pairs = claimed(2)
+    before = snapshot()
+    with pytest.raises(RuntimeError), transaction.atomic():
+        Intent.objects.complete_many(pairs, now=at(1))
+        raise RuntimeError("roll back")
+    assert snapshot() == before
+
+
+def test_has_due_sees_a_due_pending_intent_and_not_a_future_one():
+    assert Intent.objects.has_due(now=T0) is False
+    enqueue(1, next_at=at(10))
+    assert Intent.objects.has_due(now=at(9)) is False
+    assert Intent.objects.has_due(now=at(10)) is True
+
+
+def test_has_due_sees_an_expired_lease_but_not_a_live_one():
+    claimed(1, lease=10)
+    assert Intent.objects.has_due(now=at(9)) is False
+    assert Intent.objects.has_due(now=at(10)) is True
+
+
+def test_has_due_ignores_finished_intents():
+    [(id, token)] = claimed(1)
+    Intent.objects.complete(id, token, now=at(1))
+    assert Intent.objects.has_due(now=at(1_000_000)) is False
+
+
+def test_has_due_restricts_to_the_given_kinds():
+    enqueue(1, kind="push")
+    assert Intent.objects.has_due(now=T0, kinds=["webhook"]) is False
+    assert Intent.objects.has_due(now=T0, kinds=["push", "webhook"]) is True
+    assert Intent.objects.has_due(now=T0, kinds=[]) is False
+
+
+def test_has_due_agrees_with_claim():
+    enqueue(2, next_at=at(5))
+    for now in (at(0), at(5)):
+        assert Intent.objects.has_due(now=now) is (Intent.objects.due(now).exists())
+
+
+def test_has_due_is_one_query(django_assert_num_queries, vendor):
+    enqueue(1)
+    # MariaDB asks its two index ranges separately; the first answers here.
+    with django_assert_num_queries(1):
+        assert Intent.objects.has_due(now=T0) is True

@@ -1,0 +1,59 @@
+"""``bench/run.py --quick`` runs end to end and reports every figure.
+
+Only the shape of the report is checked, never a speed: CI machines differ,
+and docs/benchmarks.md is where the figures of a real run are published.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def positive(value: object) -> bool:
+    return isinstance(value, int | float) and value > 0
+
+
+def test_quick_benchmark_on_sqlite_reports_every_workload(tmp_path):
+    out = tmp_path / "bench.json"
+    env = {**os.environ, "BENCH_WORK": str(tmp_path / "work")}
+    env.pop("BENCH_CODE", None)
+    done = subprocess.run(
+        [sys.executable, "bench/run.py", "--quick", "--db", "sqlite", "--peers", "none"]
+        + ["--json", str(out)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    for title in ("Enqueue", "Drain", "Latency", "Large table", "Crash cost"):
+        assert f"### {title}" in done.stdout
+
+    report = json.loads(out.read_text())
+    assert report["meta"]["quick"] is True
+    assert positive(report["meta"]["cores"])
+    [result] = report["results"]
+    assert (result["system"], result["db"]) == ("intents", "sqlite")
+
+    enqueue = result["enqueue"]
+    assert positive(enqueue["one"]["per_s"]) and positive(enqueue["many"]["per_s"])
+    assert [row["workers"] for row in result["drain"]] == [1, 4, 8]
+    for row in result["drain"]:
+        assert positive(row["per_s"]) and positive(row["seconds"]) and positive(row["cpu_s"])
+        assert row["n"] == report["meta"]["sizes"]["drain"]
+    assert positive(result["startup_cpu_s"])
+
+    latency = result["latency"]
+    assert positive(latency["p50_ms"]) and latency["p99_ms"] >= latency["p50_ms"]
+    assert latency["n"] == report["meta"]["sizes"]["latency"]
+
+    large = result["large"]
+    assert positive(large["per_s"]) and positive(large["churned"])
+
+    [crash] = result["crash"]
+    assert positive(crash["lease_s"]) and positive(crash["seconds"])
