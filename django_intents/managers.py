@@ -168,7 +168,9 @@ class IntentManager(models.Manager.from_queryset(IntentQuerySet)):  # type: igno
     def _insert(self, rows: Sequence[dict[str, Any]]) -> None:
         conn = self._connection()
         st = sql.statements(conn)
-        if st.insert_json:
+        if st.insert_json and len(rows) > 1:
+            # One row gains nothing from the JSON form: its VALUES text is short
+            # enough for the client to cache, and the server parses no JSON.
             statement, params = st.insert_json, [_json_rows(rows)]
         else:
             prepared = [_db_values(conn, st, row) for row in rows]

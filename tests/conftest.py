@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -47,3 +48,12 @@ def snapshot() -> list[tuple[Any, ...]]:
 @pytest.fixture
 def vendor() -> str:
     return connection.vendor
+
+
+# CI runs the same Hypothesis examples every time, so a red build is always
+# reproducible and never the luck of one draw; locally each run explores anew.
+if os.environ.get("CI"):
+    from hypothesis import settings as hypothesis_settings
+
+    hypothesis_settings.register_profile("ci", derandomize=True, database=None)
+    hypothesis_settings.load_profile("ci")
