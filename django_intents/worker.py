@@ -521,6 +521,8 @@ class WorkerPool:
                 log.info("%s: handler stopped for shutdown; released, due now", claim.name)
             return "fenced"
         transition = {
+            # Successes normally go to the loop's batch (COMPLETING); kept for completeness.
+            "success": functools.partial(manager.complete, id, token),
             "error": functools.partial(manager.retry, id, token, cause),
             "stopped": functools.partial(manager.cancel_claim, id, token, cause),
         }[outcome]
