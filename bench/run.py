@@ -57,7 +57,7 @@ LABELS = {
 FULL = {
     "enqueue_one": 2000,
     "enqueue_many": 20000,
-    "drain": 3000,
+    "drain": 2000,
     "workers": [1, 4, 8],
     "latency": 200,
     "gap": 0.02,
@@ -65,8 +65,8 @@ FULL = {
     "large_workers": 4,
     "churned": 500_000,
     "leases": [None, 2.0],
-    "pgbench_seconds": 10,
-    "large_timeout": 30,
+    "pgbench_seconds": 5,
+    "large_timeout": 20,
 }
 QUICK = {
     **FULL,

@@ -344,7 +344,12 @@ def main() -> int:
     if "large" in workloads and suite.vendor in sizes["large_dbs"]:
         results["large"] = suite.large(sizes["large_workers"], sizes["drain"], sizes["churned"])
     if "crash" in workloads and suite.system.name == "intents":
-        results["crash"] = [suite.crash(lease) for lease in sizes["leases"]]
+        # The default lease's figure is the lease itself on every database;
+        # it is measured once, on PostgreSQL, which keeps the run short.
+        leases = [
+            lease for lease in sizes["leases"] if lease is not None or suite.vendor == "postgresql"
+        ]
+        results["crash"] = [suite.crash(lease) for lease in leases]
     suite.reset()
     out.write_text(json.dumps(results, indent=2))
     return 0

@@ -176,7 +176,7 @@ class IntentManager(models.Manager.from_queryset(IntentQuerySet)):  # type: igno
             prepared = [_db_values(conn, st, row) for row in rows]
             statement = st.insert.replace("{rows}", ", ".join([st.values_group()] * len(rows)))
             params = [value for row in prepared for value in row]
-        with conn.cursor() as cursor:
+        with sql.cursor(conn) as cursor:
             cursor.execute(statement, params)
             kinds = [row[0] for row in cursor.fetchall()]
         _announce(conn, "pending", kinds)
@@ -201,14 +201,23 @@ class IntentManager(models.Manager.from_queryset(IntentQuerySet)):  # type: igno
         now: datetime | None = None,
         lease: float | timedelta | None = None,
         kinds: Iterable[str] | None = None,
+        since: datetime | None = None,
     ) -> list[Intent]:
-        """Claim up to ``limit`` due intents in claim order, in one transaction."""
+        """Claim up to ``limit`` due intents in claim order, in one transaction.
+
+        ``since`` leaves out intents whose ``next_at`` is earlier. A pool passes
+        it so that its claims start where the live rows start instead of
+        stepping over the index entries that finished rows leave behind until
+        PostgreSQL's VACUUM removes them (docs/workers.md, "claim floor").
+        """
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise ValueError(f"limit must be a positive integer, not {limit!r}")
         limit = min(limit, MAX_LIMIT)
         now = _now(now)
         until = _later(now, _lease(lease), "lease")
         kind_list = _kinds(kinds)
+        if since is not None:
+            since = _aware("since", since)
         if kind_list == []:
             return []
         conn = self._connection()
@@ -216,7 +225,7 @@ class IntentManager(models.Manager.from_queryset(IntentQuerySet)):  # type: igno
         max_attempts = get_settings().max_attempts
         if max_attempts is not None:
             self._cancel_exhausted(conn, st, now, max_attempts, kind_list)
-        filters, params = sql.kind_filter(kind_list, conn.vendor)
+        filters, params = _filters(conn, kind_list, since)
         if max_attempts is not None:
             filters += " AND (state = 'pending' OR attempts < %s)"
             params.append(max_attempts)
@@ -248,7 +257,7 @@ class IntentManager(models.Manager.from_queryset(IntentQuerySet)):  # type: igno
         at, until_db = _dt(conn, now), _dt(conn, until)
         statement = st.claim_pg.replace("{filters}", filters)
         args = [at, at, *params, limit, secrets.token_hex(16), until_db, at]
-        with conn.cursor() as cursor:
+        with sql.cursor(conn) as cursor:
             cursor.execute(statement, args)
             rows = cursor.fetchall()
         width = len(st.columns)
@@ -269,7 +278,7 @@ class IntentManager(models.Manager.from_queryset(IntentQuerySet)):  # type: igno
         params: list[Any],
     ) -> list[tuple[Intent, datetime | None]]:
         at = _dt(conn, now)
-        with _write_transaction(conn), conn.cursor() as cursor:
+        with _write_transaction(conn), sql.cursor(conn) as cursor:
             if conn.vendor == "mysql":
                 cursor.execute(st.claim_select.replace("{filters}", filters), [at, *params, limit])
                 rows = cursor.fetchall()
@@ -317,11 +326,11 @@ class IntentManager(models.Manager.from_queryset(IntentQuerySet)):  # type: igno
         filters, params = sql.kind_filter(kinds)
         if st.returning:
             statement = st.exhausted_cancel.replace("{where}", "AND attempts >= %s" + filters)
-            with conn.cursor() as cursor:
+            with sql.cursor(conn) as cursor:
                 cursor.execute(statement, [message, at, at, max_attempts, *params])
                 cancelled = [row[0] for row in cursor.fetchall()]
         else:
-            with transaction.atomic(using=conn.alias), conn.cursor() as cursor:
+            with transaction.atomic(using=conn.alias), sql.cursor(conn) as cursor:
                 cursor.execute(
                     st.exhausted_select.replace("{filters}", filters), [at, max_attempts, *params]
                 )
@@ -335,21 +344,29 @@ class IntentManager(models.Manager.from_queryset(IntentQuerySet)):  # type: igno
                 cancelled = [row[1] for row in found]
         _announce(conn, "cancelled", cancelled)
 
-    def has_due(self, *, now: datetime | None = None, kinds: Iterable[str] | None = None) -> bool:
+    def has_due(
+        self,
+        *,
+        now: datetime | None = None,
+        kinds: Iterable[str] | None = None,
+        since: datetime | None = None,
+    ) -> bool:
         """Whether a claim at ``now`` would find an intent: one index lookup, no lock, no write.
 
         Lets a poller on SQLite, where every claim takes the database's one
-        write lock, look before it claims.
+        write lock, look before it claims. ``since`` is as for ``claim_many``.
         """
         now = _now(now)
         kind_list = _kinds(kinds)
+        if since is not None:
+            since = _aware("since", since)
         if kind_list == []:
             return False
         conn = self._connection()
         st = sql.statements(conn)
         at = _dt(conn, now)
-        filters, params = sql.kind_filter(kind_list, conn.vendor)
-        with conn.cursor() as cursor:
+        filters, params = _filters(conn, kind_list, since)
+        with sql.cursor(conn) as cursor:
             if conn.vendor == "mysql":
                 for branch in sql.DUE_BRANCHES:
                     statement = st.due_probe.replace("{branch}", branch)
@@ -375,7 +392,7 @@ class IntentManager(models.Manager.from_queryset(IntentQuerySet)):  # type: igno
         until = _later(now, _lease(lease), "lease")
         conn = self._connection()
         args = [_dt(conn, until), _dt(conn, now), check_id(id), _token(claim_token)]
-        with conn.cursor() as cursor:
+        with sql.cursor(conn) as cursor:
             cursor.execute(sql.statements(conn).renew, args)
             return bool(cursor.rowcount)
 
@@ -421,7 +438,7 @@ class IntentManager(models.Manager.from_queryset(IntentQuerySet)):  # type: igno
     ) -> list[tuple[str, str]]:
         """Complete one batch; return ``(id, kind)`` of the intents completed."""
         if conn.vendor == "postgresql":
-            with conn.cursor() as cursor:
+            with sql.cursor(conn) as cursor:
                 cursor.execute(st.complete_many, [at, [p[0] for p in pairs], [p[1] for p in pairs]])
                 return [(row[0], row[1]) for row in cursor.fetchall()]
         ids = list(dict.fromkeys(id for id, _ in pairs))
@@ -429,11 +446,11 @@ class IntentManager(models.Manager.from_queryset(IntentQuerySet)):  # type: igno
             statement = st.complete_many.replace("{ids}", ", ".join(["%s"] * len(ids)))
             statement = statement.replace("{pairs}", ", ".join(["(%s, %s)"] * len(pairs)))
             args = [at, *ids, *(value for pair in pairs for value in pair)]
-            with conn.cursor() as cursor:
+            with sql.cursor(conn) as cursor:
                 cursor.execute(statement, args)
                 return [(row[0], row[1]) for row in cursor.fetchall()]
         wanted = set(pairs)
-        with transaction.atomic(using=conn.alias), conn.cursor() as cursor:
+        with transaction.atomic(using=conn.alias), sql.cursor(conn) as cursor:
             marks = ", ".join(["%s"] * len(ids))
             cursor.execute(st.complete_many_lock.replace("{ids}", marks), ids)
             held = [(id, kind) for id, kind, token in cursor.fetchall() if (id, token) in wanted]
@@ -457,7 +474,7 @@ class IntentManager(models.Manager.from_queryset(IntentQuerySet)):  # type: igno
         id, claim_token = check_id(id), _token(claim_token)
         conn = self._connection()
         st = sql.statements(conn)
-        with conn.cursor() as cursor:
+        with sql.cursor(conn) as cursor:
             cursor.execute(st.attempts_of, [id, claim_token])
             row = cursor.fetchone()
         if row is None:
@@ -536,7 +553,7 @@ class IntentManager(models.Manager.from_queryset(IntentQuerySet)):  # type: igno
         to: str,  # noqa: A002
     ) -> bool:
         st = sql.statements(conn)
-        with conn.cursor() as cursor:
+        with sql.cursor(conn) as cursor:
             cursor.execute(statement, args)
             if st.returning:
                 kinds = [row[0] for row in cursor.fetchall()]
@@ -602,6 +619,16 @@ def _lease(lease: Any) -> timedelta:
         return timedelta(seconds=seconds)
     except OverflowError:
         raise ValueError(f"lease must be shorter than {timedelta.max}, not {lease!r}") from None
+
+
+def _filters(
+    conn: BaseDatabaseWrapper, kinds: list[str] | None, since: datetime | None
+) -> tuple[str, list[Any]]:
+    """The claim's optional conditions: a floor on ``next_at``, then the kinds."""
+    filters, params = sql.kind_filter(kinds, conn.vendor)
+    if since is None:
+        return filters, params
+    return " AND next_at >= %s" + filters, [_dt(conn, since), *params]
 
 
 def _kinds(kinds: Any) -> list[str] | None:
@@ -751,7 +778,7 @@ def _write_transaction(conn: BaseDatabaseWrapper) -> Iterator[None]:
         yield
         return
     conn.ensure_connection()
-    with conn.cursor() as cursor:
+    with sql.cursor(conn) as cursor:
         cursor.execute("BEGIN IMMEDIATE")
         try:
             yield

@@ -34,14 +34,17 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from types import FrameType
 
 from django.db import Error as DatabaseFailure
 from django.db import close_old_connections, connections, router
+from django.utils import timezone
 
 from .attempt import Attempt
 from .conf import get_settings
 from .exceptions import ClaimLost, Stop
+from .floor import ClaimFloor
 from .handlers import Handler, describe
 from .models import Intent
 from .schedule import backoff
@@ -126,6 +129,7 @@ class WorkerPool:
             )
 
         self._manager = Intent.objects.db_manager(self._using)
+        self._floor = ClaimFloor()
         self._probe_first: bool | None = None  # known once connected (MySQL asks the server)
         self._alarm = Alarm()
         self._jobs: queue.SimpleQueue[_Claim | None] = queue.SimpleQueue()
@@ -242,7 +246,12 @@ class WorkerPool:
             self._alarm.sleep(self._sleep_time())
 
     def _claim(self) -> int | None:
-        """Claim up to one intent per idle worker; ``None`` when no worker is idle."""
+        """Claim up to one intent per idle worker.
+
+        Returns how many were claimed, or ``None`` when no worker is idle or a
+        claim above the floor (``ClaimFloor``) found nothing, which does not
+        prove that nothing is due.
+        """
         free = self._workers - len(self._claims)
         if free <= 0:
             return None
@@ -250,15 +259,22 @@ class WorkerPool:
         if self._probe_first is None:
             features = connections[self._using].features
             self._probe_first = not features.has_select_for_update_skip_locked
+        since, now = self._floor.since(), timezone.now()
         if self._probe_first:
             # SQLite claims under its one write lock; an idle pool polling ten
             # times a second would take it from the application every time.
-            due = self._manager.has_due(kinds=self._kinds)
+            due = self._manager.has_due(now=now, kinds=self._kinds, since=since)
             self._last_db_ok = time.monotonic()
             if not due:
-                return 0
-        intents = self._manager.claim_many(free, lease=self._lease, kinds=self._kinds)
+                self._floor.seen(since, now, None)
+                return self._drained_below(since)
+        intents = self._manager.claim_many(
+            free, now=now, lease=self._lease, kinds=self._kinds, since=since
+        )
         self._last_db_ok = time.monotonic()
+        self._floor.seen(since, now, intents[0].next_at if intents else None)
+        if not intents:
+            return self._drained_below(since)
         if self._deadline is not None:
             # A stop arrived while the claim was in flight: hand them back unstarted.
             for intent in intents:
@@ -275,6 +291,19 @@ class WorkerPool:
             self._claims[intent.claim_token] = claim
             self._jobs.put(claim)
         return len(intents)
+
+    def _drained_below(self, since: datetime | None) -> int | None:
+        """0 when a claim found nothing; ``None`` if only a floored one did.
+
+        A drain may end only when a claim that looked at the whole index found
+        nothing, so the next turn of a draining pool makes a full one at once.
+        """
+        if since is None:
+            return 0
+        if self._drain:
+            self._floor.rescan()
+            self._alarm.ring()
+        return None
 
     def _renew_due(self) -> None:
         for claim in list(self._claims.values()):

@@ -1,0 +1,68 @@
+"""Where a pool's claims start walking the claim index.
+
+On PostgreSQL an intent that finishes leaves its old row versions behind, and
+their entries stay in the claim index until VACUUM removes them. They sort by
+``next_at`` like the live ones, and they are older, so a claim that walks the
+index from its start steps over every one of them before it reaches the first
+live intent: with half a million finished intents not yet vacuumed, about ten
+thousand index pages on every claim, where a vacuumed table needs a handful.
+
+A pool therefore remembers a floor: an instant before which no due intent of
+its kinds was seen, and claims with ``since=floor``, which starts the walk
+there. A claim or probe that finds intents raises the floor to the oldest it
+found; one that finds none raises it to ``now - SLACK``. Once every
+``FULL_SCAN_EVERY`` seconds the pool claims without a floor, which finds what
+the floor can miss: an expired lease on an intent that became due long ago, an
+intent written with a ``next_at`` in the past, or one whose transaction
+committed more than ``SLACK`` after its ``next_at``. Such an intent waits at
+most that much longer; nothing is ever skipped for good.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import datetime, timedelta
+
+FULL_SCAN_EVERY = 1.0  # seconds between claims that walk the whole claim index
+SLACK = timedelta(seconds=2)  # how late a new intent may commit and still be claimed in order
+
+
+class ClaimFloor:
+    """The ``since`` a pool claims with; ``None`` when it is time for a full scan."""
+
+    def __init__(
+        self,
+        *,
+        every: float = FULL_SCAN_EVERY,
+        slack: timedelta = SLACK,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._every = every
+        self._slack = slack
+        self._clock = clock
+        self._floor: datetime | None = None
+        self._full_scan_at = 0.0
+
+    def since(self) -> datetime | None:
+        if self._floor is None or self._clock() >= self._full_scan_at:
+            return None
+        return self._floor
+
+    def rescan(self) -> None:
+        """Make the next claim a full scan."""
+        self._full_scan_at = 0.0
+
+    def seen(self, since: datetime | None, now: datetime, oldest: datetime | None) -> None:
+        """Record what a claim or probe made at ``now`` with ``since`` found.
+
+        ``oldest`` is the ``next_at`` of the first intent it found, ``None``
+        when it found none. A full scan sets the floor; a floored one can only
+        raise it, since what lies below was not looked at.
+        """
+        bound = now - self._slack if oldest is None else min(oldest, now - self._slack)
+        if since is None:
+            self._floor = bound
+            self._full_scan_at = self._clock() + self._every
+        elif self._floor is not None:
+            self._floor = max(self._floor, bound)
