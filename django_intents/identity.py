@@ -31,12 +31,14 @@ def check_text(name: str, value: Any, max_length: int | None = None) -> str:
 
 def intent_id(kind: str, event_id: str, target: str) -> str:
     """Return the deterministic id of an intent: its idempotency key."""
-    parts = (
-        check_text("kind", kind),
-        check_text("event_id", event_id),
-        check_text("target", target),
+    return digest(
+        check_text("kind", kind), check_text("event_id", event_id), check_text("target", target)
     )
-    return hashlib.sha256("\x00".join(parts).encode("utf-8")).hexdigest()
+
+
+def digest(kind: str, event_id: str, target: str) -> str:
+    """``intent_id`` of a triple already checked by ``check_text``."""
+    return hashlib.sha256(f"{kind}\x00{event_id}\x00{target}".encode()).hexdigest()
 
 
 def check_id(value: Any) -> str:

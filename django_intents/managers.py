@@ -22,7 +22,7 @@ from django.utils import timezone
 
 from . import sql
 from .conf import get_settings
-from .identity import check_id, check_text, intent_id
+from .identity import check_id, check_text, digest
 from .schedule import backoff
 from .signals import intents_rescued, intents_transitioned
 
@@ -148,7 +148,7 @@ class IntentManager(models.Manager.from_queryset(IntentQuerySet)):  # type: igno
                 check_text("target", target),
             )
             return {
-                "id": intent_id(kind, event_id, target) if id is None else check_id(id),
+                "id": digest(kind, event_id, target) if id is None else check_id(id),
                 "kind": kind,
                 "event_id": event_id,
                 "target": target,
@@ -171,14 +171,19 @@ class IntentManager(models.Manager.from_queryset(IntentQuerySet)):  # type: igno
         if st.insert_json and len(rows) > 1:
             # One row gains nothing from the JSON form: its VALUES text is short
             # enough for the client to cache, and the server parses no JSON.
-            statement, params = st.insert_json, [_json_rows(rows)]
+            now = rows[0]["created_at"]  # the same for every row of a batch
+            statement = st.insert_json
+            params = [*[_dt(conn, now)] * sql.JSON_NOW_PARAMS, _json_rows(rows, now)]
         else:
             prepared = [_db_values(conn, st, row) for row in rows]
             statement = st.insert.replace("{rows}", ", ".join([st.values_group()] * len(rows)))
             params = [value for row in prepared for value in row]
         with sql.cursor(conn) as cursor:
             cursor.execute(statement, params)
-            kinds = [row[0] for row in cursor.fetchall()]
+            if conn.vendor == "postgresql":  # a row per kind, with its count
+                kinds = [kind for kind, count, _ in cursor.fetchall() for _ in range(count)]
+            else:
+                kinds = [kind for (kind,) in cursor.fetchall()]
         _announce(conn, "pending", kinds)
 
     # -- claim ---------------------------------------------------------------
@@ -708,18 +713,19 @@ def _db_values(conn: BaseDatabaseWrapper, st: sql.Statements, row: dict[str, Any
     return values
 
 
-def _json_rows(rows: Sequence[dict[str, Any]]) -> str:
-    """The rows as one JSON array for ``insert_json``; payloads were checked by ``_check_json``."""
-    return json.dumps(
-        [
-            {
-                column: value.isoformat() if isinstance(value, datetime) else value
-                for column, value in row.items()
-                if column in sql.JSON_COLUMNS
-            }
-            for row in rows
-        ]
-    )
+def _json_rows(rows: Sequence[dict[str, Any]], now: datetime) -> str:
+    """The rows as one JSON array for ``insert_json``; payloads were checked by ``_check_json``.
+
+    ``next_at`` is left out where it is the batch's ``now``, which the
+    statement takes as a parameter.
+    """
+    items = []
+    for row in rows:
+        item = {column: row[column] for column in sql.JSON_COLUMNS if column != "next_at"}
+        if row["next_at"] is not now:
+            item["next_at"] = row["next_at"].isoformat()
+        items.append(item)
+    return json.dumps(items)
 
 
 def _from_rows(

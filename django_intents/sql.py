@@ -82,25 +82,27 @@ def _build(connection: BaseDatabaseWrapper) -> Statements:
     if vendor == "postgresql":
         # Inserted rows notify idle workers; NOTIFY is delivered at commit and
         # dropped on rollback, which is exactly the outbox promise.
+        # One notification and one result row per kind, not per intent.
+        notify_kinds = (
+            f"SELECT kind, count(*), pg_notify('{NOTIFY_CHANNEL}', kind) FROM ins GROUP BY kind"
+        )
         insert = (
             f"WITH ins AS (INSERT INTO {table} ({cols}) VALUES {{rows}} "
-            f"ON CONFLICT (id) DO NOTHING RETURNING kind) "
-            f"SELECT kind, pg_notify('{NOTIFY_CHANNEL}', kind) FROM ins"
+            f"ON CONFLICT (id) DO NOTHING RETURNING kind) {notify_kinds}"
         )
         # The same insert with the varying columns of every row in one JSON
         # array: a short statement whose text never changes with the batch
         # size, so the client parses it once, and one parameter to adapt
         # instead of thirteen per row. A JSON null payload becomes SQL NULL,
-        # as it does through the VALUES form.
+        # as it does through the VALUES form. The batch's own time is one
+        # parameter; a row carries next_at only when it was given one.
         varying = (
-            "id text, kind text, event_id text, target text, payload jsonb, "
-            "next_at timestamptz, created_at timestamptz, updated_at timestamptz"
+            "id text, kind text, event_id text, target text, payload jsonb, next_at timestamptz"
         )
         insert_json = (
             f"WITH ins AS (INSERT INTO {table} ({cols}) "
             f"SELECT {_json_select(columns)} FROM jsonb_to_recordset(%s::jsonb) AS r({varying}) "
-            f"ON CONFLICT (id) DO NOTHING RETURNING kind) "
-            f"SELECT kind, pg_notify('{NOTIFY_CHANNEL}', kind) FROM ins"
+            f"ON CONFLICT (id) DO NOTHING RETURNING kind) {notify_kinds}"
         )
         retry_now_sql = (
             f"WITH upd AS (UPDATE {table} SET state = 'pending', next_at = %s, {CLEAR_CLAIM}, "
@@ -249,28 +251,30 @@ def _build(connection: BaseDatabaseWrapper) -> Statements:
     )
 
 
-JSON_COLUMNS = (
-    "id",
-    "kind",
-    "event_id",
-    "target",
-    "payload",
-    "next_at",
-    "created_at",
-    "updated_at",
-)
+JSON_COLUMNS = ("id", "kind", "event_id", "target", "payload", "next_at")
 
 
 def _json_select(columns: tuple[str, ...]) -> str:
-    """The select list of ``insert_json``: row values from JSON, the rest fixed for a new intent."""
+    """The select list of ``insert_json``: row values from JSON, the rest fixed for a new intent.
+
+    The statement takes the batch's ``now`` first (``JSON_NOW_PARAMS`` times),
+    then the JSON array.
+    """
     fixed = {
+        "next_at": "COALESCE(r.next_at, %(now)s)",
+        "created_at": "%(now)s",
+        "updated_at": "%(now)s",
         "state": "'pending'",
         "attempts": "0",
         "last_error": "''",
         "claim_token": "''",
         "claim_until": "NULL",
     }
-    return ", ".join(f"r.{c}" if c in JSON_COLUMNS else fixed[c] for c in columns)
+    select = [fixed.get(c, f"r.{c}") for c in columns]
+    return ", ".join(select).replace("%(now)s", "%s")
+
+
+JSON_NOW_PARAMS = 3  # next_at's default, created_at and updated_at
 
 
 @functools.cache

@@ -31,4 +31,3 @@ def test_reversing_0003_restores_the_dropped_indexes_and_reapplying_drops_them(v
     else:
         assert restored == set()
     assert index_names() == after
-
