@@ -11,6 +11,8 @@ setting each one documents for throughput.
 import os
 from pathlib import Path
 
+from bench.databases import database
+
 BENCH_DIR = Path(__file__).resolve().parent
 VENDOR = os.environ.get("BENCH_DB", "sqlite")
 SYSTEM = os.environ.get("BENCH_SYSTEM", "intents")
@@ -18,43 +20,7 @@ NAME = f"bench_{SYSTEM}"
 WORK = Path(os.environ.get("BENCH_WORK", BENCH_DIR.parent / ".tmp" / "bench"))
 WORK.mkdir(parents=True, exist_ok=True)
 
-if VENDOR == "sqlite":
-    DATABASES = {
-        "default": {
-            "ENGINE": "django.db.backends.sqlite3",
-            "NAME": str(WORK / f"{NAME}.sqlite3"),
-            # The project's documented SQLite settings (docs/operations.md).
-            "OPTIONS": {
-                "transaction_mode": "IMMEDIATE",
-                "timeout": 20,
-                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
-            },
-        }
-    }
-elif VENDOR == "postgresql":
-    DATABASES = {
-        "default": {
-            "ENGINE": "django.db.backends.postgresql",
-            "NAME": NAME,
-            "USER": os.environ.get("PGUSER", "postgres"),
-            "HOST": os.environ.get("PGHOST", "127.0.0.1"),
-            "PORT": os.environ.get("PGPORT", "5432"),
-        }
-    }
-elif VENDOR == "mysql":
-    DATABASES = {
-        "default": {
-            "ENGINE": "django.db.backends.mysql",
-            "NAME": NAME,
-            "USER": os.environ.get("MYSQL_USER", "root"),
-            "PASSWORD": os.environ.get("MYSQL_PASSWORD", ""),
-            "HOST": os.environ.get("MYSQL_HOST", "127.0.0.1"),
-            "PORT": os.environ.get("MYSQL_PORT", "3306"),
-            "OPTIONS": {"charset": "utf8mb4"},
-        }
-    }
-else:
-    raise RuntimeError(f"BENCH_DB must be sqlite, postgresql or mysql, not {VENDOR!r}")
+DATABASES = {"default": database(VENDOR, NAME, WORK, variable="BENCH_DB")}
 DATABASES["default"]["CONN_MAX_AGE"] = None
 if os.environ.get("BENCH_SSB"):
     DATABASES["default"].setdefault("OPTIONS", {})["server_side_binding"] = True

@@ -3,7 +3,7 @@
 One thread runs the loop: claim as many due intents as there are idle worker
 threads, renew the leases of the running ones, then sleep until something may
 have changed. Worker threads run the handlers and record each result with a
-fenced transition, so a result that arrives after its claim was taken over
+fenced transition (``execution.py``), so a result that arrives after its claim was taken over
 changes nothing. The guarantee is at least once: a worker that dies leaves a
 claim that another worker takes when its lease expires.
 
@@ -23,7 +23,6 @@ by the worker that saw them.
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import math
 import queue
@@ -32,8 +31,7 @@ import signal
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
 from datetime import datetime
 from types import FrameType
 
@@ -43,38 +41,17 @@ from django.utils import timezone
 
 from .attempt import Attempt
 from .conf import get_settings
-from .exceptions import ClaimLost, Stop
+from .execution import COMPLETING, MAX_RETRY_DELAY, Claim, Executor, cause_text, send_finished
 from .floor import ClaimFloor
 from .handlers import Handler, describe
 from .models import Intent
-from .schedule import backoff
-from .signals import attempt_finished
 from .wakeup import Alarm, CommitWatcher, Listener, commit_watch_supported, listen_supported
 
 log = logging.getLogger(__name__)
 
 OUTCOMES = ("success", "error", "stopped", "fenced")
-COMPLETING = "completing"  # a success handed to the loop, to be recorded in a batch
-MAX_RETRY_DELAY = 5.0
 PRUNE_INTERVAL = 60.0
 PRUNE_BATCH_SIZE = 100
-
-
-@dataclass(eq=False)
-class _Claim:
-    """A claimed intent while its handler runs. Times are ``time.monotonic()``."""
-
-    intent: Intent
-    attempt: Attempt
-    handler: Handler
-    renew_at: float
-    lease_end: float  # our own view of claim_until, measured before the claim was sent
-    finishing: bool = False  # the handler returned; its result is being recorded
-    duration: float = 0.0  # of the handler, for attempt_finished once the success is recorded
-
-    @property
-    def name(self) -> str:
-        return f"{self.intent.kind} {self.intent.id[:12]} (attempt {self.intent.attempts})"
 
 
 class WorkerPool:
@@ -129,13 +106,19 @@ class WorkerPool:
             )
 
         self._manager = Intent.objects.db_manager(self._using)
+        self._executor = Executor(
+            self._manager,
+            using=self._using,
+            max_attempts=self._max_attempts,
+            db_error_timeout=self._db_error_timeout,
+        )
         self._floor = ClaimFloor()
         self._probe_first: bool | None = None  # known once connected (MySQL asks the server)
         self._alarm = Alarm()
-        self._jobs: queue.SimpleQueue[_Claim | None] = queue.SimpleQueue()
-        self._finished: queue.SimpleQueue[tuple[_Claim, str]] = queue.SimpleQueue()
-        self._completing: list[_Claim] = []  # successes handed back, not yet recorded
-        self._claims: dict[str, _Claim] = {}  # by claim token: one intent may be claimed twice
+        self._jobs: queue.SimpleQueue[Claim | None] = queue.SimpleQueue()
+        self._finished: queue.SimpleQueue[tuple[Claim, str]] = queue.SimpleQueue()
+        self._completing: list[Claim] = []  # successes handed back, not yet recorded
+        self._claims: dict[str, Claim] = {}  # by claim token: one intent may be claimed twice
         self._deadline: float | None = None  # set by stop(): end of the grace period
         self._signal = ""
         self._shutting_down = False
@@ -281,7 +264,7 @@ class WorkerPool:
                 self._manager.release(intent.id, intent.claim_token)
             return 0
         for intent in intents:
-            claim = _Claim(
+            claim = Claim(
                 intent=intent,
                 attempt=Attempt(intent, using=self._using),
                 handler=self._handlers[intent.kind],
@@ -324,7 +307,7 @@ class WorkerPool:
             else:
                 self._lose(claim, "it was retried, cancelled or taken over meanwhile")
 
-    def _lose(self, claim: _Claim, why: str) -> None:
+    def _lose(self, claim: Claim, why: str) -> None:
         claim.attempt._lose()
         claim.renew_at = math.inf
         log.warning("%s: claim lost, %s; attempt cancelled, its result dropped", claim.name, why)
@@ -343,8 +326,8 @@ class WorkerPool:
 
     def _complete_finished(self) -> None:
         """Record the successes handed back so far, in one fenced statement."""
-        batch: list[_Claim] = []
-        later: list[_Claim] = []
+        batch: list[Claim] = []
+        later: list[Claim] = []
         ids: set[str] = set()
         for claim in self._completing:
             # complete_many answers by id: a second claim of one intent waits a turn.
@@ -363,7 +346,7 @@ class WorkerPool:
                 outcome = "fenced"
             self._claims.pop(claim.intent.claim_token, None)
             self._outcomes[outcome] += 1
-            _send_finished(claim, outcome)
+            send_finished(claim, outcome)
 
     def _keep_alive(self) -> None:
         """Touch the database when nothing else did lately, so ``healthy()`` means it."""
@@ -400,11 +383,11 @@ class WorkerPool:
                 "database unavailable for %.1f s (limit %.1f s), exiting: %s",
                 elapsed,
                 self._db_error_timeout,
-                _cause(exc),
+                cause_text(exc),
             )
             return True
         delay = min(self._retry_delay, max(self._db_error_timeout - elapsed, 0.05))
-        log.warning("database error, reconnecting in %.1f s: %s", delay, _cause(exc))
+        log.warning("database error, reconnecting in %.1f s: %s", delay, cause_text(exc))
         self._alarm.sleep(delay * random.uniform(0.8, 1.2))  # noqa: S311 - jitter
         self._retry_delay = min(self._retry_delay * 2, MAX_RETRY_DELAY)
         return False
@@ -441,7 +424,7 @@ class WorkerPool:
                 log.warning(
                     "%d success(es) not recorded (%s); they run again once their leases expire",
                     len(self._completing),
-                    _cause(exc),
+                    cause_text(exc),
                 )
         for claim in list(self._claims.values()):
             if claim.finishing:
@@ -453,7 +436,7 @@ class WorkerPool:
                 log.warning(
                     "%s: not released (%s); it runs again once its lease expires",
                     claim.name,
-                    _cause(exc),
+                    cause_text(exc),
                 )
                 continue
             if released:
@@ -488,7 +471,7 @@ class WorkerPool:
         try:
             while (claim := self._jobs.get()) is not None:
                 try:
-                    outcome = self._execute(claim)
+                    outcome = self._executor.run(claim)
                 except Exception:  # a bug here must not cost the pool a worker for good
                     log.exception("%s: internal error in the worker", claim.name)
                     outcome = "error"
@@ -496,110 +479,6 @@ class WorkerPool:
                 self._alarm.ring()
         finally:
             connections.close_all()
-
-    def _execute(self, claim: _Claim) -> str:
-        """Run one handler and record its result; return the attempt's outcome."""
-        intent = claim.intent
-        close_old_connections()
-        cause = None
-        started = time.monotonic()
-        try:
-            claim.handler(intent, claim.attempt)
-        except ClaimLost:
-            outcome = "fenced"
-        except Stop as exc:
-            outcome, cause = "stopped", str(exc)
-        except BaseException as exc:  # a handler's failure is a result, never a dead thread
-            outcome, cause = "error", _error_text(exc)
-            log.debug("%s: traceback", claim.name, exc_info=True)
-            if isinstance(exc, DatabaseFailure):
-                # The handler may have broken this thread's connection, and the
-                # result is about to be recorded through it.
-                with contextlib.suppress(DatabaseFailure):
-                    connections[self._using].close_if_unusable_or_obsolete()
-        else:
-            outcome = "success"
-        claim.duration = time.monotonic() - started
-        claim.finishing = True
-        if outcome == "success" and not (claim.attempt.completed or claim.attempt.lost):
-            close_old_connections()
-            return COMPLETING  # the loop records it, together with the others
-        outcome = self._record(claim, outcome, cause)
-        _send_finished(claim, outcome)
-        close_old_connections()
-        return outcome
-
-    def _record(self, claim: _Claim, outcome: str, cause: str | None) -> str:
-        """Apply the fenced transition for ``outcome``; return what really happened."""
-        attempt, intent = claim.attempt, claim.intent
-        if attempt.completed:
-            if outcome != "success":
-                log.warning(
-                    "%s: failed after attempt.atomic() completed it: %s",
-                    claim.name,
-                    _one_line(cause),
-                )
-            return "success"
-        if attempt.lost:
-            log.info("%s: result dropped, the claim was lost", claim.name)
-            return "fenced"
-        manager, id, token = self._manager, intent.id, intent.claim_token
-        if outcome == "fenced":
-            # ClaimLost while the claim still holds: the handler gave up at shutdown.
-            if self._transition(claim, functools.partial(manager.release, id, token)):
-                log.info("%s: handler stopped for shutdown; released, due now", claim.name)
-            return "fenced"
-        transition = {
-            # Successes normally go to the loop's batch (COMPLETING); kept for completeness.
-            "success": functools.partial(manager.complete, id, token),
-            "error": functools.partial(manager.retry, id, token, cause),
-            "stopped": functools.partial(manager.cancel_claim, id, token, cause),
-        }[outcome]
-        done = self._transition(claim, transition)
-        if done is False:
-            if cause is not None:
-                log.warning(
-                    "%s: failed: %s; result dropped, the claim was lost",
-                    claim.name,
-                    _one_line(cause),
-                )
-            else:
-                log.info("%s: result dropped, the claim was lost", claim.name)
-            return "fenced"
-        if outcome == "error":
-            if self._max_attempts is not None and intent.attempts >= self._max_attempts:
-                then = f"cancelled, MAX_ATTEMPTS ({self._max_attempts}) reached"
-            else:
-                then = f"retry in {backoff(id, intent.attempts).total_seconds():.0f} s"
-            log.warning("%s: failed: %s; %s", claim.name, _one_line(cause), then)
-        elif outcome == "stopped":
-            log.warning("%s: stopped by its handler, cancelled: %s", claim.name, _one_line(cause))
-        return outcome
-
-    def _transition(self, claim: _Claim, transition: Callable[[], bool]) -> bool | None:
-        """Run a fenced transition, retrying database errors; ``None`` if it never got through."""
-        give_up = time.monotonic() + self._db_error_timeout
-        delay = 0.1
-        while True:
-            try:
-                return transition()
-            except DatabaseFailure as exc:
-                with contextlib.suppress(DatabaseFailure):
-                    connections[self._using].close()
-                if claim.attempt.lost:
-                    return False
-                if time.monotonic() + delay > give_up:
-                    log.error(
-                        "%s: result not recorded (%s); it runs again once its lease expires",
-                        claim.name,
-                        _cause(exc),
-                    )
-                    return None
-                log.warning(
-                    "%s: database error, retrying in %.1f s: %s", claim.name, delay, _cause(exc)
-                )
-                time.sleep(delay)
-                delay = min(delay * 2, MAX_RETRY_DELAY)
 
     # -- start-up and housekeeping ---------------------------------------------
 
@@ -671,28 +550,4 @@ class WorkerPool:
         try:
             prune(batch_size=PRUNE_BATCH_SIZE, max_batches=1)
         except Exception as exc:  # housekeeping must never stop the pool
-            log.warning("retention pruning failed: %s", _cause(exc))
-
-
-def _send_finished(claim: _Claim, outcome: str) -> None:
-    intent = claim.intent
-    for receiver, error in attempt_finished.send_robust(
-        sender=Intent, kind=intent.kind, outcome=outcome, duration=claim.duration, intent=intent
-    ):
-        if isinstance(error, Exception):
-            log.error("attempt_finished receiver %r failed: %s", receiver, _cause(error))
-
-
-def _error_text(exc: BaseException) -> str:
-    """``Type: message``: what ``last_error`` keeps of a handler's exception."""
-    message = str(exc)
-    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
-
-
-def _cause(exc: BaseException) -> str:
-    """The error text on one line, the way the pool logs it."""
-    return _one_line(_error_text(exc))
-
-
-def _one_line(text: str | None) -> str:
-    return " ".join((text or "").split())
+            log.warning("retention pruning failed: %s", cause_text(exc))

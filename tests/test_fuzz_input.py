@@ -16,11 +16,11 @@ or ``EITHER`` (outside what the SPEC promises; either outcome is fine). Then:
 Each example runs in a savepoint that is rolled back, over a few seed intents
 whose kinds differ only in case, accents and trailing whitespace.
 
-Two differences between databases are kept out of the generated values and
-pinned by strict ``xfail`` tests at the end instead: PostgreSQL's ``jsonb``
-does not keep large floats or negative zero, and MariaDB/MySQL's
-``utf8mb4_bin`` (a PAD SPACE collation) compares ``'a'`` and ``'a '`` as equal,
-for ids, kinds and claim tokens alike.
+One difference between databases is kept out of the generated values and
+pinned by a strict ``xfail`` test at the end instead: PostgreSQL's ``jsonb``
+does not keep large floats or negative zero. The tests after it show that ids,
+kinds and claim tokens that differ only in trailing spaces or case are
+different on every database (on MySQL/MariaDB since migration 0004).
 """
 
 from __future__ import annotations
@@ -611,32 +611,23 @@ def test_large_floats_and_negative_zero_round_trip_in_the_payload(value: float) 
     assert same_json(stored, value), f"{value!r} came back as {stored!r}"
 
 
-@pytest.mark.xfail(
-    condition=connection.vendor == "mysql",
-    reason="utf8mb4_bin is a PAD SPACE collation: 'a' = 'a ', so the second id is a duplicate",
-    strict=True,
-)
 def test_ids_differing_only_in_trailing_spaces_are_different_intents() -> None:
     first = Intent.objects.enqueue("job", "e", "t", {"n": 1}, id="order-1", now=T0)
     second = Intent.objects.enqueue("job", "e", "t", {"n": 2}, id="order-1 ", now=T0)
     assert sorted(Intent.objects.values_list("id", flat=True)) == sorted([first, second])
 
 
-@pytest.mark.xfail(
-    condition=connection.vendor == "mysql",
-    reason="utf8mb4_bin is a PAD SPACE collation: kinds=['job '] matches kind 'job'",
-    strict=True,
-)
 def test_kinds_differing_only_in_trailing_spaces_are_different() -> None:
     Intent.objects.enqueue("job", "e", "t", now=T0)
     assert Intent.objects.claim(now=T0, kinds=["job "]) is None
 
 
-@pytest.mark.xfail(
-    condition=connection.vendor == "mysql",
-    reason="utf8mb4_bin is a PAD SPACE collation: the token plus a space matches the token",
-    strict=True,
-)
+def test_ids_differing_only_in_case_are_different_intents() -> None:
+    first = Intent.objects.enqueue("job", "e", "t", {"n": 1}, id="Order-1", now=T0)
+    second = Intent.objects.enqueue("job", "e", "t", {"n": 2}, id="order-1", now=T0)
+    assert sorted(Intent.objects.values_list("id", flat=True)) == sorted([first, second])
+
+
 def test_a_token_with_trailing_spaces_does_not_hold_the_claim() -> None:
     id = Intent.objects.enqueue("job", "e", "t", now=T0)
     token = Intent.objects.claim(now=T0).claim_token

@@ -1,4 +1,4 @@
-"""The migrations apply and reverse on every database; 0003 drops exactly what it says."""
+"""The migrations apply and reverse on every database; 0003 and 0004 do exactly what they say."""
 
 from __future__ import annotations
 
@@ -31,3 +31,30 @@ def test_reversing_0003_restores_the_dropped_indexes_and_reapplying_drops_them(v
     else:
         assert restored == set()
     assert index_names() == after
+
+
+def test_ids_kinds_and_tokens_compare_byte_for_byte_on_mysql(vendor):
+    """Migration 0004: a binary NO PAD collation, whatever the database's default."""
+    if vendor != "mysql":
+        pytest.skip("PostgreSQL and SQLite compare text exactly without a migration")
+    expected = "utf8mb4_nopad_bin" if connection.mysql_is_mariadb else "utf8mb4_0900_bin"
+    assert collations() == dict.fromkeys(("id", "kind", "claim_token"), expected)
+    call_command("migrate", "django_intents", "0003", verbosity=0)
+    try:
+        reversed_to = collations()
+    finally:
+        call_command("migrate", "django_intents", verbosity=0)
+    # tests/settings.py creates the test database with utf8mb4_bin.
+    assert reversed_to == dict.fromkeys(("id", "kind", "claim_token"), "utf8mb4_bin")
+    assert collations() == dict.fromkeys(("id", "kind", "claim_token"), expected)
+
+
+def collations() -> dict[str, str]:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT column_name, collation_name FROM information_schema.columns "
+            "WHERE table_schema = DATABASE() AND table_name = %s "
+            "AND column_name IN ('id', 'kind', 'claim_token')",
+            [Intent._meta.db_table],
+        )
+        return {name.lower(): collation for name, collation in cursor.fetchall()}
