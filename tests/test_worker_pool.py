@@ -407,3 +407,81 @@ def test_throughput_is_logged_periodically(background, caplog):
     assert all(row(id).state == Intent.State.COMPLETED for id in ids)
     assert sum(int(m[1]) for m in reported()) == 3
     assert sum(int(m[2]) for m in reported()) == 0
+
+
+# -- claiming ahead while handlers are quick -----------------------------------------------
+
+
+def running() -> int:
+    return Intent.objects.filter(state=Intent.State.RUNNING).count()
+
+
+def enqueue_at(kind: str, n: int, seconds_ago: float) -> list[str]:
+    next_at = timezone.now() - timedelta(seconds=seconds_ago)
+    return [
+        Intent.objects.enqueue(kind, f"{kind}-{i}", "target", next_at=next_at) for i in range(n)
+    ]
+
+
+def test_a_pool_of_quick_handlers_holds_one_queued_claim_per_worker(background):
+    gate = threading.Event()
+    blocked: list[str] = []
+
+    def block(intent, attempt):
+        blocked.append(intent.event_id)
+        gate.wait(10)
+
+    enqueue_at("p.quick", 6, seconds_ago=60)  # claimed first; teach the pool they are quick
+    slow_ids = enqueue_at("p.block", 3, seconds_ago=30)
+    job = background(pool({"p.quick": lambda intent, attempt: None, "p.block": block}, workers=1))
+    wait_for(lambda: blocked, "the first blocking handler")
+    wait_for(lambda: running() == 2, "a second claim queued behind the running one")
+    time.sleep(0.3)  # a few more loop turns: still no more than two per worker
+    assert running() == 2
+    assert len(blocked) == 1
+    gate.set()
+    wait_for(lambda: all(row(id).state == Intent.State.COMPLETED for id in slow_ids), "the rest")
+    assert job.finish() == 0
+
+
+def test_a_pool_of_slow_handlers_holds_one_claim_per_worker(background):
+    gate = threading.Event()
+    blocked: list[str] = []
+
+    def slow(intent, attempt):
+        time.sleep(0.05)  # above CLAIM_AHEAD_BELOW
+
+    def block(intent, attempt):
+        blocked.append(intent.event_id)
+        gate.wait(10)
+
+    assert worker_module.CLAIM_AHEAD_BELOW < 0.05
+    enqueue_at("p.slow", 4, seconds_ago=60)
+    enqueue_at("p.block", 3, seconds_ago=30)
+    job = background(pool({"p.slow": slow, "p.block": block}, workers=1))
+    wait_for(lambda: blocked, "the first blocking handler")
+    time.sleep(0.5)  # ten polls at 0.05 s: none of them may claim ahead
+    assert running() == 1
+    gate.set()
+    wait_for(lambda: len(blocked) == 3, "every blocking handler")
+    assert job.finish() == 0
+
+
+def test_a_stop_releases_a_queued_claim_without_running_it(background):
+    started: list[str] = []
+
+    def block(intent, attempt):
+        started.append(intent.event_id)
+        attempt.cancelled.wait(10)  # until the stop
+
+    enqueue_at("p.quick", 6, seconds_ago=60)
+    first, second = enqueue_at("p.block", 2, seconds_ago=30)
+    job = background(pool({"p.quick": lambda intent, attempt: None, "p.block": block}, workers=1))
+    wait_for(lambda: started and running() == 2, "one claim running, one queued")
+    assert job.finish() == 0
+    assert started == ["p.block-0"]
+    queued = row(second)
+    assert (queued.state, queued.claim_token, queued.attempts) == (Intent.State.PENDING, "", 1)
+    assert queued.next_at <= timezone.now()
+    # The one that ran returned normally once cancelled: a success like any other.
+    assert row(first).state == Intent.State.COMPLETED
