@@ -72,6 +72,14 @@ class Executor:
     def run(self, claim: Claim) -> str:
         """Run one handler and record its result; return the attempt's outcome."""
         intent = claim.intent
+        if claim.attempt.lost or time.monotonic() >= claim.lease_end:
+            # It waited in the pool's queue while its claim was lost: retried or
+            # cancelled meanwhile, or its lease ran out. Another worker may own it.
+            claim.attempt._lose()
+            claim.finishing = True
+            log.info("%s: not started, the claim was lost while it waited", claim.name)
+            send_finished(claim, "fenced")
+            return "fenced"
         close_old_connections()
         cause = None
         started = time.monotonic()

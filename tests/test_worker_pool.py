@@ -485,3 +485,27 @@ def test_a_stop_releases_a_queued_claim_without_running_it(background):
     assert queued.next_at <= timezone.now()
     # The one that ran returned normally once cancelled: a success like any other.
     assert row(first).state == Intent.State.COMPLETED
+
+
+def test_a_queued_claim_lost_while_it_waited_is_not_run(background, finished):
+    gate = threading.Event()
+    started: list[str] = []
+
+    def block(intent, attempt):
+        started.append(intent.event_id)
+        gate.wait(10)
+
+    enqueue_at("p.quick", 6, seconds_ago=60)
+    first, second = enqueue_at("p.block", 2, seconds_ago=30)
+    handlers = {"p.quick": lambda intent, attempt: None, "p.block": block}
+    job = background(pool(handlers, workers=1, lease=1.5, renew=0.3))
+    wait_for(lambda: started and running() == 2, "one claim running, one queued")
+    assert Intent.objects.cancel(second)  # an operator cancels the queued one
+    time.sleep(0.8)  # the loop's next renewal finds the claim gone
+    gate.set()
+    wait_for(lambda: row(first).state == Intent.State.COMPLETED, "the first to complete")
+    assert job.finish() == 0
+    assert started == ["p.block-0"]
+    assert row(second).state == Intent.State.CANCELLED
+    outcomes = [(s["intent"].event_id, s["outcome"]) for s in finished if s["kind"] == "p.block"]
+    assert sorted(outcomes) == [("p.block-0", "success"), ("p.block-1", "fenced")]
