@@ -12,7 +12,7 @@ import contextlib
 import json
 import math
 import secrets
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -246,7 +246,7 @@ class IntentManager(models.Manager.from_queryset(IntentQuerySet)):  # type: igno
             if lease_end is not None
         ]
         if rescued and intents_rescued.has_listeners(_model()):
-            intents_rescued.send(sender=_model(), rescued=rescued)
+            _after_commit(conn, lambda: intents_rescued.send(sender=_model(), rescued=rescued))
         return [intent for intent, _ in claimed]
 
     def _claim_returning(
@@ -754,9 +754,11 @@ def _announce(conn: BaseDatabaseWrapper, to: str, kinds: list[str]) -> None:
     if not kinds or not intents_transitioned.has_listeners(_model()):
         return
 
-    def send() -> None:
-        intents_transitioned.send(sender=_model(), to=to, kinds=kinds)
+    _after_commit(conn, lambda: intents_transitioned.send(sender=_model(), to=to, kinds=kinds))
 
+
+def _after_commit(conn: BaseDatabaseWrapper, send: Callable[[], object]) -> None:
+    """Send now outside a transaction; inside one, once it commits, never if it rolls back."""
     if conn.in_atomic_block:
         transaction.on_commit(send, using=conn.alias)
     else:

@@ -239,6 +239,28 @@ def test_rescue_delay_lands_in_the_matching_buckets(client, django_capture_on_co
 
 
 @pytest.mark.django_db(transaction=True)
+def test_a_rescue_is_counted_when_its_claim_commits_and_never_when_rolled_back():
+    def rescued() -> float:
+        return REGISTRY.get_sample_value("django_intents_rescued_total", {"kind": "job"}) or 0.0
+
+    class Abort(Exception):
+        pass
+
+    Intent.objects.enqueue("job", "rescued", "t", now=T0)
+    Intent.objects.claim(now=at(1), lease=10)  # a worker that died holding it
+    start = rescued()
+    with pytest.raises(Abort), transaction.atomic():
+        assert Intent.objects.claim(now=at(20)) is not None
+        raise Abort
+    assert rescued() == start  # the takeover rolled back: nothing was rescued
+    assert Intent.objects.get().attempts == 1
+    with transaction.atomic():
+        assert Intent.objects.claim(now=at(21)) is not None
+        assert rescued() == start  # not yet: it may still roll back
+    assert rescued() == start + 1
+
+
+@pytest.mark.django_db(transaction=True)
 def test_transitions_are_counted_when_committed_and_never_when_rolled_back():
     def count() -> float:
         return REGISTRY.get_sample_value(
