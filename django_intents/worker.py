@@ -1,10 +1,10 @@
 """The worker pool behind ``manage.py run_intent_workers``.
 
-One thread runs the loop: claim as many due intents as there are idle worker
-threads, renew the leases of the running ones, then sleep until something may
-have changed. Worker threads run the handlers and record each result with a
-fenced transition (``execution.py``), so a result that arrives after its claim was taken over
-changes nothing. The guarantee is at least once: a worker that dies leaves a
+One thread runs the loop: claim due intents for the idle worker threads,
+renew the leases of the claimed ones, then sleep until something may have
+changed. Worker threads run the handlers and record each result with a fenced
+transition (``execution.py``), so a result that arrives after its claim was
+taken over changes nothing. The guarantee is at least once: a worker that dies leaves a
 claim that another worker takes when its lease expires.
 
 Only the loop thread touches the table of running claims; worker threads hand
@@ -53,11 +53,11 @@ log = logging.getLogger(__name__)
 
 OUTCOMES = ("success", "error", "stopped", "fenced")
 PRUNE_INTERVAL = 60.0
+PRUNE_BATCH_SIZE = 100
 # While handlers take less than this on average, the pool claims up to twice as
 # many intents as it has worker threads, so that threads never wait for the
 # loop's round trips; slower handlers get one claim per idle thread.
 CLAIM_AHEAD_BELOW = 0.02
-PRUNE_BATCH_SIZE = 100
 
 
 class WorkerPool:
