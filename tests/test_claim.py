@@ -148,6 +148,15 @@ class TestMaxAttempts:
         assert (intent.claim_token, intent.claim_until) == ("", None)
         assert Intent.objects.complete(id, token, now=at(21)) is False
 
+    def test_a_claim_above_a_floor_neither_claims_nor_cancels_an_exhausted_lease(self):
+        [id] = enqueue()
+        Intent.objects.claim(now=T0)
+        Intent.objects.claim(now=at(10))  # the last allowed attempt; its lease ends at(20)
+        assert Intent.objects.claim_many(5, now=at(30), since=T0) == []
+        assert (row(id).state, row(id).attempts) == ("running", 2)
+        assert Intent.objects.claim_many(5, now=at(31)) == []  # the pool's full claim
+        assert row(id).state == "cancelled"
+
     def test_expired_lease_with_attempts_left_is_reclaimed(self):
         [id] = enqueue()
         Intent.objects.claim(now=T0)
