@@ -448,8 +448,7 @@ class WorkerPool:
                 claim = self._jobs.get_nowait()
             except queue.Empty:
                 return
-            if claim is None:  # not sent before the loop ends; kept for the threads
-                self._jobs.put(None)
+            if claim is None:  # stop sentinels are only queued once the loop has ended
                 return
             self._claims.pop(claim.intent.claim_token, None)
             claim.attempt._lose()

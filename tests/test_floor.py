@@ -1,28 +1,22 @@
-"""The claim floor: ``since=`` on the manager, ``ClaimFloor``, and a pool that uses it.
+"""The claim floor: ``since=`` on the manager and ``ClaimFloor``.
 
 A pool claims above a floor so that PostgreSQL's not-yet-vacuumed index
 entries of finished intents are not walked on every claim. What must hold:
 nothing below the floor is lost, a full scan finds it within a second, and a
-drain never ends while something below the floor is due.
+drain never ends while something below the floor is due. The pool's side of
+it is in test_worker_pool.py ("the claim floor").
 """
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Any
 
 import pytest
-from django.db import connections
-from django.utils import timezone
 
 from django_intents.floor import ClaimFloor
 from django_intents.models import Intent
-from django_intents.worker import WorkerPool
 
 from .conftest import T0, at, enqueue, row, snapshot
-from .workerutil import wait_for
 
 
 def add(event_id: str, next_at: datetime, kind: str = "webhook") -> str:
@@ -131,65 +125,3 @@ class TestClaimFloor:
         floor.seen(None, at(10), None)
         floor.rescan()
         assert floor.since() is None
-
-
-def run_pool(handlers: dict[str, Callable[..., Any]], **kwargs: Any) -> tuple[WorkerPool, Any]:
-    pool = WorkerPool(handlers=handlers, handle_signals=False, poll_interval=0.05, **kwargs)
-    result: dict[str, int] = {}
-
-    def target() -> None:
-        try:
-            result["status"] = pool.run()
-        finally:
-            connections.close_all()
-
-    thread = threading.Thread(target=target, name="test-floor-pool")
-    thread.start()
-    return pool, (thread, result)
-
-
-def finish(handle: Any, pool: WorkerPool, *, stop: bool) -> int:
-    thread, result = handle
-    if stop:
-        pool.stop()
-    thread.join(30)
-    assert not thread.is_alive(), "the pool still runs after 30 s"
-    return result["status"]
-
-
-@pytest.mark.django_db(transaction=True)
-def test_a_drain_runs_an_intent_written_below_its_floor_before_it_ends():
-    ran: list[str] = []
-
-    def first(intent: Intent, attempt: Any) -> None:
-        ran.append(intent.event_id)
-        # Back-dated, written after the pool's floor was set above it.
-        Intent.objects.enqueue(
-            "f.job", "backdated", "t", next_at=timezone.now() - timedelta(hours=1)
-        )
-
-    def job(intent: Intent, attempt: Any) -> None:
-        ran.append(intent.event_id)
-
-    Intent.objects.enqueue("f.first", "first", "t")
-    pool, handle = run_pool({"f.first": first, "f.job": job}, workers=1, drain=True)
-    assert finish(handle, pool, stop=False) == 0
-    assert ran == ["first", "backdated"]
-    assert set(Intent.objects.values_list("state", flat=True)) == {Intent.State.COMPLETED}
-
-
-@pytest.mark.django_db(transaction=True)
-def test_a_pool_rescues_an_expired_lease_on_an_intent_older_than_its_floor():
-    ran: list[datetime] = []
-    long_ago = timezone.now() - timedelta(hours=1)
-    id = Intent.objects.enqueue("f.job", "stale", "t", next_at=long_ago)
-    # A worker that died holding it: its lease runs out 1.5 s from now.
-    assert Intent.objects.claim(lease=1.5).id == id
-    pool, handle = run_pool({"f.job": lambda intent, attempt: ran.append(timezone.now())})
-    expires = row(id).claim_until
-    wait_for(lambda: row(id).state == Intent.State.COMPLETED, "the rescue", timeout=10)
-    assert finish(handle, pool, stop=True) == 0
-    assert len(ran) == 1
-    # Found by a full scan, at most FULL_SCAN_EVERY (1 s) plus a poll after expiry.
-    assert ran[0] - expires < timedelta(seconds=3)
-    assert row(id).attempts == 2

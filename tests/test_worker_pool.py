@@ -509,3 +509,41 @@ def test_a_queued_claim_lost_while_it_waited_is_not_run(background, finished):
     assert row(second).state == Intent.State.CANCELLED
     outcomes = [(s["intent"].event_id, s["outcome"]) for s in finished if s["kind"] == "p.block"]
     assert sorted(outcomes) == [("p.block-0", "success"), ("p.block-1", "fenced")]
+
+
+# -- the claim floor (django_intents/floor.py) ---------------------------------------------
+
+
+def test_a_drain_runs_an_intent_written_below_its_floor_before_it_ends(background):
+    ran: list[str] = []
+
+    def first(intent, attempt):
+        ran.append(intent.event_id)
+        # Back-dated, written after the pool's floor was set above it.
+        Intent.objects.enqueue(
+            "f.job", "backdated", "t", next_at=timezone.now() - timedelta(hours=1)
+        )
+
+    def job(intent, attempt):
+        ran.append(intent.event_id)
+
+    Intent.objects.enqueue("f.first", "first", "t")
+    assert background(pool({"f.first": first, "f.job": job}, workers=1, drain=True)).join() == 0
+    assert ran == ["first", "backdated"]
+    assert set(Intent.objects.values_list("state", flat=True)) == {Intent.State.COMPLETED}
+
+
+def test_a_pool_rescues_an_expired_lease_on_an_intent_older_than_its_floor(background):
+    ran: list[Any] = []
+    long_ago = timezone.now() - timedelta(hours=1)
+    id = Intent.objects.enqueue("f.job", "stale", "t", next_at=long_ago)
+    # A worker that died holding it: its lease runs out 1.5 s from now.
+    assert Intent.objects.claim(lease=1.5).id == id
+    job = background(pool({"f.job": lambda intent, attempt: ran.append(timezone.now())}))
+    expires = row(id).claim_until
+    wait_for(lambda: row(id).state == Intent.State.COMPLETED, "the rescue", timeout=10)
+    assert job.finish() == 0
+    assert len(ran) == 1
+    # Found by a full scan, at most FULL_SCAN_EVERY (1 s) plus a poll after expiry.
+    assert ran[0] - expires < timedelta(seconds=3)
+    assert row(id).attempts == 2
