@@ -6,7 +6,7 @@ from .attempt import Attempt
 from .exceptions import ClaimLost, Stop
 from .handlers import handler
 from .identity import intent_id
-from .schedule import backoff
+from .retries import backoff
 
 try:
     __version__ = version("django-intents")

@@ -26,7 +26,7 @@ from .exceptions import ClaimLost, Stop
 from .handlers import Handler
 from .managers import IntentManager
 from .models import Intent
-from .schedule import backoff
+from .retries import backoff
 from .signals import attempt_finished
 
 # The pool's logger: operators filter on one name for everything a pool says.

@@ -23,7 +23,7 @@ from django.utils import timezone
 from . import sql
 from .conf import get_settings
 from .identity import check_id, check_text, digest
-from .schedule import backoff
+from .retries import backoff
 from .signals import intents_rescued, intents_transitioned
 
 if TYPE_CHECKING:

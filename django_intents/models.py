@@ -7,19 +7,15 @@ from typing import ClassVar
 from django.db import models
 from django.db.models import Q
 
+from . import states
 from .identity import ID_LENGTH, MAX_LENGTHS
 from .managers import IntentManager
 
 
 class Intent(models.Model):
-    class State(models.TextChoices):
-        PENDING = "pending"
-        RUNNING = "running"
-        COMPLETED = "completed"
-        CANCELLED = "cancelled"
-
-    ACTIVE_STATES: ClassVar[tuple[str, ...]] = (State.PENDING, State.RUNNING)
-    TERMINAL_STATES: ClassVar[tuple[str, ...]] = (State.COMPLETED, State.CANCELLED)
+    State = states.State
+    ACTIVE_STATES: ClassVar[tuple[str, ...]] = states.ACTIVE
+    TERMINAL_STATES: ClassVar[tuple[str, ...]] = states.TERMINAL
 
     id = models.CharField(primary_key=True, max_length=ID_LENGTH)
     kind = models.CharField(max_length=MAX_LENGTHS["kind"])

@@ -1,11 +1,23 @@
-"""Signals sent by the manager and the worker.
+"""Signals sent by the manager and the worker, and the outcomes an attempt can have.
 
 Metrics and logging hang off these as receivers, so the hot paths carry no
 bookkeeping of their own. Every signal is sent with ``sender=Intent``; transitions
 made inside a transaction are announced once it commits.
 """
 
+from enum import StrEnum
+
 from django.dispatch import Signal
+
+
+class Outcome(StrEnum):
+    """How one handler attempt ended, as metrics and logs name it."""
+
+    SUCCESS = "success"  # completed
+    ERROR = "error"  # raised: retried later, or cancelled at MAX_ATTEMPTS
+    STOPPED = "stopped"  # raised Stop: cancelled for good
+    FENCED = "fenced"  # the claim was lost (or released at shutdown): the result was dropped
+
 
 # kinds: list[str], one entry per intent that moved; to: the new state.
 intents_transitioned = Signal()
@@ -13,5 +25,5 @@ intents_transitioned = Signal()
 # rescued: list[tuple[str, float]], (kind, seconds from lease expiry to the new claim).
 intents_rescued = Signal()
 
-# kind, outcome ("success", "error", "stopped", "fenced"), duration (seconds), intent.
+# kind, outcome (an Outcome), duration (seconds), intent.
 attempt_finished = Signal()

@@ -1,4 +1,9 @@
-"""Retry timing: a deterministic, jittered exponential backoff."""
+"""When a failed intent runs again, and when it never does.
+
+One place decides "retry or give up": the manager's ``retry``, the claim's
+treatment of an expired lease, the worker's log line and the django.tasks
+runner all ask ``gives_up``.
+"""
 
 from __future__ import annotations
 
@@ -20,3 +25,11 @@ def backoff(id: str, attempts: int) -> timedelta:  # noqa: A002 - SPEC §3 names
     byte = hashlib.sha256((id + str(a)).encode()).digest()[0]
     jitter = (byte / 255 - 0.5) * 0.4
     return timedelta(seconds=int(base * (1 + jitter)))
+
+
+def gives_up(attempts: int, max_attempts: int | None) -> bool:
+    """Whether an intent that failed on attempt number ``attempts`` is cancelled, not retried.
+
+    Retries are unbounded unless ``INTENTS["MAX_ATTEMPTS"]`` is set.
+    """
+    return max_attempts is not None and attempts >= max_attempts

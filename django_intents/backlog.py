@@ -1,0 +1,89 @@
+"""What is waiting, per kind: the one query behind the admin summary, the gauges and health.
+
+"Due" is ``states.due``: a pending intent past ``next_at`` (waiting since
+then) or a running one whose lease ran out (waiting since ``claim_until``).
+One grouped query, so its cost does not grow with the number of kinds.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db import router
+from django.db.models import Count, Min
+from django.utils import timezone
+
+from . import states
+from .models import Intent
+
+
+@dataclass(frozen=True)
+class KindBacklog:
+    kind: str
+    pending: int
+    running: int
+    due: int
+    oldest_due: datetime | None  # when the longest-waiting due intent became claimable
+
+    @property
+    def active(self) -> int:
+        return self.pending + self.running
+
+
+@dataclass(frozen=True)
+class Backlog:
+    now: datetime
+    states: Counter[str]  # intents per state; finished states only when asked for
+    kinds: list[KindBacklog]  # kinds with active intents, by name
+
+    @property
+    def due(self) -> int:
+        return sum(kind.due for kind in self.kinds)
+
+    @property
+    def oldest_due(self) -> datetime | None:
+        times = [kind.oldest_due for kind in self.kinds if kind.oldest_due is not None]
+        return min(times) if times else None
+
+
+def read_backlog(
+    now: datetime | None = None, *, finished: bool = False, using: str | None = None
+) -> Backlog:
+    """Read the backlog at ``now``; ``finished`` also counts completed and cancelled intents.
+
+    Without ``finished`` only active rows are read, which the claim index can
+    serve however many finished intents the table keeps.
+    """
+    now = timezone.now() if now is None else now
+    due = states.due(now)
+    rows = Intent.objects.using(using or router.db_for_read(Intent)).order_by()
+    if not finished:
+        rows = rows.filter(state__in=states.ACTIVE)
+    grouped = rows.values_list("kind", "state").annotate(
+        n=Count("pk"), due=Count("pk", filter=due), since=Min(states.due_since(), filter=due)
+    )
+    by_state: Counter[str] = Counter()
+    counts: dict[str, Counter[str]] = {}
+    oldest: dict[str, datetime] = {}
+    for kind, state, n, due_count, since in grouped:
+        by_state[state] += n
+        if state not in states.ACTIVE:
+            continue
+        tally = counts.setdefault(kind, Counter())
+        tally[state] += n
+        tally["due"] += due_count
+        if since is not None and (kind not in oldest or since < oldest[kind]):
+            oldest[kind] = since
+    kinds = [
+        KindBacklog(
+            kind,
+            tally[states.State.PENDING],
+            tally[states.State.RUNNING],
+            tally["due"],
+            oldest.get(kind),
+        )
+        for kind, tally in sorted(counts.items())
+    ]
+    return Backlog(now, by_state, kinds)

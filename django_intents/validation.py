@@ -1,0 +1,132 @@
+"""Arguments checked before anything is written, and values made storable.
+
+Every public method refuses bad input with a ``TypeError`` or ``ValueError``
+naming the argument, before it touches the database: a refused call writes
+nothing. Identity fields (kind, event id, target, id) are checked in
+``identity.py``; this module holds the rest.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from django.utils import timezone
+
+from .identity import check_text
+
+MAX_ERROR_LENGTH = 10_000
+
+
+def now_or(now: Any) -> datetime:
+    """``now``, checked; the current time when it is ``None``."""
+    return timezone.now() if now is None else aware("now", now)
+
+
+def aware(name: str, value: Any) -> datetime:
+    """``value`` if it is an aware datetime that converts to UTC."""
+    if not isinstance(value, datetime):
+        raise TypeError(f"{name} must be a datetime, not {type(value).__name__}")
+    if timezone.is_naive(value):
+        raise ValueError(f"{name} must be an aware datetime (USE_TZ), not naive {value}")
+    try:
+        value.astimezone(UTC)
+    except OverflowError:
+        raise ValueError(f"{name} {value} is outside the calendar once converted to UTC") from None
+    return value
+
+
+def later(now: datetime, delta: timedelta, name: str) -> datetime:
+    """``now + delta``, refused with ``name`` when it leaves the calendar."""
+    try:
+        return now + delta
+    except OverflowError:
+        raise ValueError(f"{name} {delta} from {now} ends after the year 9999") from None
+
+
+def lease(value: Any, default: float) -> timedelta:
+    """A lease given as seconds or a ``timedelta``; ``default`` seconds when ``None``."""
+    if value is None:
+        return timedelta(seconds=default)
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        seconds = value
+    else:
+        raise TypeError(f"lease must be seconds or a timedelta, not {type(value).__name__}")
+    if not 0 < seconds < math.inf:
+        raise ValueError(f"lease must be a positive duration, not {value!r}")
+    try:
+        return timedelta(seconds=seconds)
+    except OverflowError:
+        raise ValueError(f"lease must be shorter than {timedelta.max}, not {value!r}") from None
+
+
+def kinds(value: Iterable[str] | None) -> list[str] | None:
+    """The kinds a claim may take, sorted and without repeats; ``None`` means every kind."""
+    if value is None:
+        return None
+    if isinstance(value, str | bytes):
+        raise TypeError("kinds must be a collection of kind names, not a single string")
+    return sorted({check_text("kind", kind) for kind in value})
+
+
+def token(value: Any) -> str:
+    """A claim token as a caller passed it back: any storable string."""
+    if not isinstance(value, str):
+        raise TypeError(f"claim_token must be a string, not {type(value).__name__}")
+    if "\x00" in value:
+        raise ValueError("claim_token must not contain NUL characters")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("claim_token is not valid Unicode text (lone surrogate)") from None
+    return value
+
+
+def check_json(value: Any, path: str) -> Any:
+    """Refuse what would not read back exactly: only JSON's own types are stored."""
+    if value is None or isinstance(value, bool | int):
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"{path} is {value!r}, which JSON cannot represent")
+        return value
+    if isinstance(value, str):
+        return check_json_text(value, path)
+    if isinstance(value, list):
+        return [check_json(item, f"{path}[{i}]") for i, item in enumerate(value)]
+    if isinstance(value, dict):
+        for key in value:
+            if not isinstance(key, str):
+                raise TypeError(f"{path} has key {key!r}; JSON object keys must be strings")
+            check_json_text(key, f"{path} key")
+        return {key: check_json(item, f"{path}[{key!r}]") for key, item in value.items()}
+    raise TypeError(f"{path} is a {type(value).__name__}, which is not a JSON value")
+
+
+def check_json_text(value: str, path: str) -> str:
+    if "\x00" in value:
+        raise ValueError(f"{path} contains a NUL character, which databases refuse in JSON")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"{path} contains a lone surrogate and is not valid Unicode") from None
+    return value
+
+
+def error_text(cause: object) -> str:
+    """``str(cause)``, made storable: no NUL, no lone surrogates, bounded length."""
+    if cause is None:
+        return ""
+    text = str(cause).replace("\x00", "\\x00")
+    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text if len(text) <= MAX_ERROR_LENGTH else text[: MAX_ERROR_LENGTH - 1] + "…"
+
+
+def exception_text(exc: BaseException) -> str:
+    """``Type: message``: what ``last_error`` keeps of a handler's exception."""
+    message = str(exc)
+    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
