@@ -9,15 +9,17 @@ nothing. Identity fields (kind, event id, target, id) are checked in
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.utils import timezone
 
-from .identity import check_text
+from .identity import check_id, check_text, digest
+from .states import State
 
 MAX_ERROR_LENGTH = 10_000
+ITEM_KEYS = frozenset({"kind", "event_id", "target", "payload", "next_at", "id"})
 
 
 def now_or(now: Any) -> datetime:
@@ -130,3 +132,62 @@ def exception_text(exc: BaseException) -> str:
     """``Type: message``: what ``last_error`` keeps of a handler's exception."""
     message = str(exc)
     return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+
+
+def new_row(
+    kind: Any,
+    event_id: Any,
+    target: Any,
+    payload: Any,
+    next_at: Any,
+    id: Any,  # noqa: A002
+    now: datetime,
+    label: str = "",
+) -> dict[str, Any]:
+    """A new intent's row, every value checked; errors are prefixed with ``label``."""
+    try:
+        kind, event_id, target = (
+            check_text("kind", kind),
+            check_text("event_id", event_id),
+            check_text("target", target),
+        )
+        return {
+            "id": digest(kind, event_id, target) if id is None else check_id(id),
+            "kind": kind,
+            "event_id": event_id,
+            "target": target,
+            "payload": check_json(payload, "payload"),
+            "state": State.PENDING.value,
+            "attempts": 0,
+            "next_at": now if next_at is None else aware("next_at", next_at),
+            "created_at": now,
+            "updated_at": now,
+            "last_error": "",
+            "claim_token": "",
+            "claim_until": None,
+        }
+    except (TypeError, ValueError) as exc:
+        raise type(exc)(f"{label}{exc}") from None
+
+
+def item_row(index: int, item: Any, now: datetime) -> dict[str, Any]:
+    """One ``enqueue_many`` item as a row; errors name the item."""
+    label = f"items[{index}]: "
+    if not isinstance(item, Mapping):
+        raise TypeError(f"{label}must be a dict, not {type(item).__name__}")
+    unknown = set(item) - ITEM_KEYS
+    if unknown:
+        raise ValueError(f"{label}unknown keys {sorted(map(str, unknown))}")
+    missing = [key for key in ("kind", "event_id", "target") if key not in item]
+    if missing:
+        raise ValueError(f"{label}missing {', '.join(missing)}")
+    return new_row(
+        item["kind"],
+        item["event_id"],
+        item["target"],
+        item.get("payload"),
+        item.get("next_at"),
+        item.get("id"),
+        now,
+        label=label,
+    )

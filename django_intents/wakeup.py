@@ -34,7 +34,7 @@ from typing import Any
 from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from .sql import NOTIFY_CHANNEL
+from .backends.base import NOTIFY_CHANNEL
 
 log = logging.getLogger(__name__)
 
@@ -77,23 +77,17 @@ def listen_supported(connection: BaseDatabaseWrapper) -> bool:
     return "timeout" in inspect.signature(psycopg.Connection.notifies).parameters
 
 
-class Listener:
-    """``LISTEN`` on a dedicated connection and call ``wake`` for the pool's kinds.
+class Waker:
+    """A daemon thread that calls ``wake`` when work may have arrived; ``stop()`` ends it."""
 
-    Runs in a daemon thread. A lost connection is reopened with backoff; until
-    it is, the pool's polling still finds every intent, only later.
-    """
+    label = ""  # how the pool's start-up line names this kind of wake-up
+    thread_name = "intents-waker"
 
-    #: How long one wait for notifications lasts: bounds how late ``stop()`` is seen.
-    WAIT = 0.5
-
-    def __init__(self, *, using: str, kinds: Collection[str], wake: Callable[[], None]) -> None:
+    def __init__(self, *, using: str, wake: Callable[[], None]) -> None:
         self._using = using
-        self._kinds = frozenset(kinds)
         self._wake = wake
         self._stopped = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="intents-listener", daemon=True)
-        self.listening = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=self.thread_name, daemon=True)
 
     def start(self) -> None:
         self._thread.start()
@@ -102,6 +96,43 @@ class Listener:
         self._stopped.set()
         if self._thread.is_alive():
             self._thread.join(timeout)
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+
+def start_waker(*, using: str, kinds: Collection[str], wake: Callable[[], None]) -> Waker | None:
+    """Start the wake-ups this database offers; ``None`` leaves the pool to polling alone."""
+    connection = connections[using]
+    waker: Waker
+    if commit_watch_supported(connection):
+        waker = CommitWatcher(using=using, wake=wake)
+    elif listen_supported(connection):
+        waker = Listener(using=using, kinds=kinds, wake=wake)
+    else:
+        if connection.vendor == "postgresql":
+            log.warning("LISTEN/NOTIFY needs psycopg >= 3.2; polling only")
+        return None
+    waker.start()
+    return waker
+
+
+class Listener(Waker):
+    """``LISTEN`` on a dedicated connection and call ``wake`` for the pool's kinds.
+
+    A lost connection is reopened with backoff; until it is, the pool's
+    polling still finds every intent, only later.
+    """
+
+    label = "LISTEN/NOTIFY"
+    thread_name = "intents-listener"
+    #: How long one wait for notifications lasts: bounds how late ``stop()`` is seen.
+    WAIT = 0.5
+
+    def __init__(self, *, using: str, kinds: Collection[str], wake: Callable[[], None]) -> None:
+        super().__init__(using=using, wake=wake)
+        self._kinds = frozenset(kinds)
+        self.listening = threading.Event()
 
     def _run(self) -> None:
         delay, failed = 0.5, False
@@ -165,7 +196,7 @@ def commit_watch_supported(connection: BaseDatabaseWrapper) -> bool:
     return not connection.is_in_memory_db()  # type: ignore[attr-defined]
 
 
-class CommitWatcher:
+class CommitWatcher(Waker):
     """SQLite: call ``wake`` when another connection commits to the database.
 
     Any commit counts, not only an enqueue, so ``wake`` is called at most once
@@ -173,21 +204,9 @@ class CommitWatcher:
     interval, an idle one nothing but this thread's reads of a counter.
     """
 
+    label = "commit watch"
+    thread_name = "intents-watcher"
     INTERVAL = 0.005
-
-    def __init__(self, *, using: str, wake: Callable[[], None]) -> None:
-        self._using = using
-        self._wake = wake
-        self._stopped = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="intents-watcher", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self, timeout: float = 2.0) -> None:
-        self._stopped.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout)
 
     def _run(self) -> None:
         base = connections[self._using]

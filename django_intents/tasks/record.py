@@ -17,7 +17,7 @@ from typing import Any
 
 from django.utils.module_loading import import_string
 
-from ..managers import _check_json
+from ..validation import check_json as _check_json
 from .compat import InvalidTask, Task, TaskError, TaskResult, TaskResultStatus
 
 # The one kind every task intent has: the worker pool runs them all with one handler.

@@ -1,0 +1,47 @@
+"""The SQL of django-intents, one module per database, behind one interface (``base.Backend``).
+
+``backend_for`` picks the module by the connection's vendor, the only place
+outside the backends (and PostgreSQL's LISTEN) that asks which database it is.
+Modules are imported by name, as Django loads its own database backends, so
+a project without psycopg or mysqlclient never imports them.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING
+
+from django.db import NotSupportedError
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.utils.module_loading import import_string
+
+from .base import NOTIFY_CHANNEL, Backend, ClaimFilters
+
+if TYPE_CHECKING:
+    from ..models import Intent
+
+BACKENDS = {
+    "postgresql": "django_intents.backends.postgresql.PostgreSQLBackend",
+    "sqlite": "django_intents.backends.sqlite.SQLiteBackend",
+    "mysql": "django_intents.backends.mysql.MySQLBackend",
+}
+
+__all__ = ["NOTIFY_CHANNEL", "Backend", "ClaimFilters", "backend_for"]
+
+
+def backend_for(connection: BaseDatabaseWrapper, model: type[Intent]) -> Backend:
+    """The backend for ``connection``'s database, built once per alias and model."""
+    return _backend(connection.vendor, connection.alias, model)
+
+
+@functools.cache
+def _backend(vendor: str, alias: str, model: type[Intent]) -> Backend:
+    try:
+        path = BACKENDS[vendor]
+    except KeyError:
+        raise NotSupportedError(
+            f"django-intents supports {', '.join(sorted(BACKENDS))}, not {vendor!r} "
+            f"(database {alias!r})"
+        ) from None
+    backend: Backend = import_string(path)(alias, model)
+    return backend

@@ -1,0 +1,336 @@
+"""What every database backend does the same way, and the names each one answers to.
+
+A backend turns one manager call into SQL for its database: the same method
+names on every vendor (River's drivers, Django's ``connection.ops``), typed
+arguments in, rows or kinds out. Nothing here validates (the manager did) or
+sends signals (the manager does, from what these return).
+
+Identifiers come from the model's ``_meta`` through ``quote_name``; values are
+always parameters. State names are written as literals on purpose: the
+planner must see ``(state = 'pending' OR state = 'running')`` to use the
+partial index whose condition says exactly that (``models.Intent.Meta``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from django.db import connections, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
+
+from ..states import State
+
+if TYPE_CHECKING:
+    from ..models import Intent
+
+PENDING, RUNNING = State.PENDING.value, State.RUNNING.value
+COMPLETED, CANCELLED = State.COMPLETED.value, State.CANCELLED.value
+ACTIVE = f"(state = '{PENDING}' OR state = '{RUNNING}')"
+# states.due in SQL: a due pending intent, or a running one whose lease ran out.
+# The lease test is a negation so that PostgreSQL estimates it as barely
+# selective and walks the claim index in order instead of sorting every due row.
+DUE = f"{ACTIVE} AND next_at <= %s AND NOT (state = '{RUNNING}' AND claim_until > %s)"
+CLAIM_ORDER = "ORDER BY next_at, created_at, id"
+CLEAR_CLAIM = "claim_token = '', claim_until = NULL"
+FENCE = f"WHERE id = %s AND state = '{RUNNING}' AND claim_token = %s"
+# PostgreSQL's notification channel; the LISTEN side is wakeup.py.
+NOTIFY_CHANNEL = "django_intents"
+# The largest LIMIT that SQLite, PostgreSQL and MariaDB all accept.
+MAX_LIMIT = 2**63 - 1
+
+
+@dataclass(frozen=True)
+class ClaimFilters:
+    """The optional conditions of a claim or a due probe, as the manager checked them."""
+
+    kinds: list[str] | None = None  # None: every kind
+    since: datetime | None = None  # leave out intents due before this (the claim floor)
+    max_attempts: int | None = None  # leave out expired leases that used the last attempt
+
+
+Claimed = tuple["Intent", datetime | None]  # the intent, and the lease it took over, if any
+
+
+class Backend:
+    """One database's SQL for the intent table; subclasses override what differs.
+
+    A backend is built once per database alias and model, and reads
+    ``connections[alias]`` on every call, so one instance serves every thread.
+    """
+
+    vendor = ""
+    # Whether UPDATE ... RETURNING exists; without it a transition reads the
+    # kind back by primary key.
+    returning = True
+    # Whether a claim should look with a cheap read before it takes a write lock.
+    probe_before_claim = False
+    # An index hint after the table name, where the planner needs one.
+    claim_hint = ""
+    # Set by each vendor: the insert that ignores known ids and returns kinds
+    # (``{rows}``: the VALUES groups), and the statement that finds due rows.
+    sql_insert = ""
+    sql_claim = ""
+
+    def __init__(self, alias: str, model: type[Intent]) -> None:
+        self.alias = alias
+        self.model = model
+        q = self.connection.ops.quote_name
+        self.table = q(model._meta.db_table)
+        self.fields = model._meta.concrete_fields
+        self.columns = tuple(str(field.column) for field in self.fields)
+        self.column_list = ", ".join(q(column) for column in self.columns)
+        # Every one-row transition says which kind it moved (``transition``).
+        ret = self.returning_kind = " RETURNING kind" if self.returning else ""
+        done = f"{CLEAR_CLAIM}, updated_at = %s"
+        self.sql_renew = f"UPDATE {self.table} SET claim_until = %s, updated_at = %s {FENCE}"
+        self.sql_complete = f"UPDATE {self.table} SET state = '{COMPLETED}', {done} {FENCE}{ret}"
+        self.sql_attempts = f"SELECT attempts FROM {self.table} {FENCE}"
+        self.sql_retry = (
+            f"UPDATE {self.table} SET state = '{PENDING}', next_at = %s, last_error = %s, "
+            f"{done} {FENCE}{ret}"
+        )
+        self.sql_cancel_claim = (
+            f"UPDATE {self.table} SET state = '{CANCELLED}', last_error = %s, {done} {FENCE}{ret}"
+        )
+        self.sql_release = (
+            f"UPDATE {self.table} SET state = '{PENDING}', next_at = %s, {done} {FENCE}{ret}"
+        )
+        self.sql_complete_pending = (
+            f"UPDATE {self.table} SET state = '{COMPLETED}', updated_at = %s "
+            f"WHERE id = %s AND state = '{PENDING}'{ret}"
+        )
+        self.sql_retry_now = (
+            f"UPDATE {self.table} SET state = '{PENDING}', next_at = %s, {done} "
+            f"WHERE id = %s AND {ACTIVE}{ret}"
+        )
+        self.sql_cancel = (
+            f"UPDATE {self.table} SET state = '{CANCELLED}', {done} WHERE id = %s AND {ACTIVE}{ret}"
+        )
+        # Expired leases that used the last attempt; {ids} narrows it where needed.
+        self.sql_exhausted = (
+            f"UPDATE {self.table} SET state = '{CANCELLED}', last_error = %s, {done} "
+            f"WHERE state = '{RUNNING}' AND claim_until <= %s AND attempts >= %s{{filters}}{ret}"
+        )
+        self.sql_claim_update = (
+            f"UPDATE {self.table} SET state = '{RUNNING}', attempts = attempts + 1, "
+            f"claim_token = CASE id {{cases}} END, claim_until = %s, updated_at = %s "
+            f"WHERE id IN ({{ids}}) AND {ACTIVE}"
+        )
+
+    @property
+    def connection(self) -> BaseDatabaseWrapper:
+        return connections[self.alias]
+
+    def cursor(self) -> Any:
+        return self.connection.cursor()
+
+    # -- insert ------------------------------------------------------------------
+
+    def insert(self, rows: Sequence[dict[str, Any]]) -> list[str]:
+        """Insert new intents, leaving known ids alone; return the kind of each row inserted.
+
+        ``sql_insert`` is the vendor's insert that ignores a known id and
+        returns the kind of each row it wrote; ``{rows}`` takes the VALUES groups.
+        """
+        statement = self.sql_insert.replace("{rows}", self.values_groups(len(rows)))
+        with self.cursor() as cursor:
+            cursor.execute(statement, [value for row in rows for value in self.values(row)])
+            return [kind for (kind,) in cursor.fetchall()]
+
+    def values(self, row: dict[str, Any]) -> list[Any]:
+        """One row's values in column order, as the database takes them."""
+        payload = self.model._meta.get_field("payload")
+        values = []
+        for column in self.columns:
+            value = row[column]
+            if column == "payload":
+                value = payload.get_db_prep_save(value, self.connection)
+            elif isinstance(value, datetime):
+                value = self.dt(value)
+            values.append(value)
+        return values
+
+    def values_groups(self, count: int) -> str:
+        group = "(" + ", ".join(["%s"] * len(self.columns)) + ")"
+        return ", ".join([group] * count)
+
+    # -- claim -------------------------------------------------------------------
+
+    def claim(
+        self, *, now: datetime, until: datetime, limit: int, filters: ClaimFilters
+    ) -> list[Claimed]:
+        """Claim up to ``limit`` due intents, in claim order, in one transaction.
+
+        By default the due rows are selected (``claim_queries``), then updated
+        by primary key, in one write transaction (``write_transaction``) that
+        makes the pair atomic against other claimers.
+        """
+        with self.write_transaction(), self.cursor() as cursor:
+            rows: list[Any] = []
+            for statement, params in self.claim_queries(now=now, limit=limit, filters=filters):
+                cursor.execute(statement, params)
+                rows += cursor.fetchall()
+            if not rows:
+                return []
+            intents = sorted(self.hydrate(rows), key=claim_order)[:limit]
+            tokens = {intent.id: secrets.token_hex(16) for intent in intents}
+            statement = self.sql_claim_update.replace(
+                "{cases}", " ".join(["WHEN %s THEN %s"] * len(tokens))
+            ).replace("{ids}", ", ".join(["%s"] * len(tokens)))
+            at = self.dt(now)
+            pairs = [value for pair in tokens.items() for value in pair]
+            cursor.execute(statement, [*pairs, self.dt(until), at, *tokens])
+        claimed: list[Claimed] = []
+        for intent in intents:
+            lease_end = intent.claim_until if intent.state == RUNNING else None
+            intent.state = RUNNING
+            intent.attempts += 1
+            intent.claim_token = tokens[intent.id]
+            intent.claim_until = until
+            intent.updated_at = now
+            claimed.append((intent, lease_end))
+        return claimed
+
+    def claim_queries(
+        self, *, now: datetime, limit: int, filters: ClaimFilters
+    ) -> list[tuple[str, list[Any]]]:
+        """The statements a claim runs to find its intents; tests ``EXPLAIN`` them.
+
+        By default one: ``sql_claim``, whose ``{filters}`` take the optional conditions.
+        """
+        where, params = self.filters(filters)
+        at = self.dt(now)
+        return [(self.sql_claim.replace("{filters}", where), [at, at, *params, limit])]
+
+    def cancel_exhausted(
+        self, *, now: datetime, max_attempts: int, kinds: list[str] | None, error: str
+    ) -> list[str]:
+        """Cancel expired leases that used the last attempt; return their kinds."""
+        where, params = self.kind_filter(kinds)
+        statement = self.sql_exhausted.replace("{filters}", where)
+        at = self.dt(now)
+        with self.cursor() as cursor:
+            cursor.execute(statement, [error, at, at, max_attempts, *params])
+            return [row[0] for row in cursor.fetchall()]
+
+    def has_due(self, *, now: datetime, filters: ClaimFilters) -> bool:
+        """Whether a claim at ``now`` would find an intent: one index lookup, no lock."""
+        where, params = self.filters(filters)
+        statement = f"SELECT 1 FROM {self.table}{self.claim_hint} WHERE {DUE}{where} LIMIT 1"
+        at = self.dt(now)
+        with self.cursor() as cursor:
+            cursor.execute(statement, [at, at, *params])
+            return cursor.fetchone() is not None
+
+    def filters(self, filters: ClaimFilters) -> tuple[str, list[Any]]:
+        """The claim's optional conditions: a floor on ``next_at``, the kinds, the attempts."""
+        where, params = "", []
+        if filters.since is not None:
+            where, params = " AND next_at >= %s", [self.dt(filters.since)]
+        kinds, kind_params = self.kind_filter(filters.kinds)
+        where, params = where + kinds, params + kind_params
+        if filters.max_attempts is not None:
+            where += f" AND (state = '{PENDING}' OR attempts < %s)"
+            params.append(filters.max_attempts)
+        return where, params
+
+    def kind_filter(self, kinds: list[str] | None) -> tuple[str, list[Any]]:
+        if not kinds:
+            return "", []
+        return f" AND kind IN ({', '.join(['%s'] * len(kinds))})", list(kinds)
+
+    @contextlib.contextmanager
+    def write_transaction(self) -> Iterator[None]:
+        with transaction.atomic(using=self.alias):
+            yield
+
+    # -- fenced transitions: each returns the kinds it moved (none or one) --------
+
+    def renew(self, id: str, token: str, *, now: datetime, until: datetime) -> bool:  # noqa: A002
+        with self.cursor() as cursor:
+            cursor.execute(self.sql_renew, [self.dt(until), self.dt(now), id, token])
+            return bool(cursor.rowcount)
+
+    def complete(self, id: str, token: str, *, now: datetime) -> list[str]:  # noqa: A002
+        return self.transition(self.sql_complete, [self.dt(now), id, token], id)
+
+    def complete_many(
+        self, pairs: list[tuple[str, str]], *, now: datetime
+    ) -> list[tuple[str, str]]:
+        """Complete one batch of ``(id, token)`` claims; return ``(id, kind)`` of each completed."""
+        raise NotImplementedError
+
+    def attempts(self, id: str, token: str) -> int | None:  # noqa: A002
+        """The attempt number of a claim still held, ``None`` when it is not."""
+        with self.cursor() as cursor:
+            cursor.execute(self.sql_attempts, [id, token])
+            row = cursor.fetchone()
+        return None if row is None else int(row[0])
+
+    def retry(
+        self,
+        id: str,  # noqa: A002
+        token: str,
+        *,
+        now: datetime,
+        next_at: datetime,
+        error: str,
+    ) -> list[str]:
+        args = [self.dt(next_at), error, self.dt(now), id, token]
+        return self.transition(self.sql_retry, args, id)
+
+    def cancel_claim(self, id: str, token: str, *, now: datetime, error: str) -> list[str]:  # noqa: A002
+        return self.transition(self.sql_cancel_claim, [error, self.dt(now), id, token], id)
+
+    def release(self, id: str, token: str, *, now: datetime) -> list[str]:  # noqa: A002
+        at = self.dt(now)
+        return self.transition(self.sql_release, [at, at, id, token], id)
+
+    # -- unfenced transitions ----------------------------------------------------
+
+    def complete_pending(self, id: str, *, now: datetime) -> list[str]:  # noqa: A002
+        return self.transition(self.sql_complete_pending, [self.dt(now), id], id)
+
+    def retry_now(self, id: str, *, now: datetime) -> list[str]:  # noqa: A002
+        at = self.dt(now)
+        return self.transition(self.sql_retry_now, [at, at, id], id)
+
+    def cancel(self, id: str, *, now: datetime) -> list[str]:  # noqa: A002
+        return self.transition(self.sql_cancel, [self.dt(now), id], id)
+
+    # -- plumbing ----------------------------------------------------------------
+
+    def transition(self, statement: str, params: list[Any], id: str) -> list[str]:  # noqa: A002
+        """Run a one-row ``UPDATE``; return the kind of the row it changed, if it did."""
+        with self.cursor() as cursor:
+            cursor.execute(statement, params)
+            return [row[0] for row in cursor.fetchall()]
+
+    def dt(self, value: datetime) -> Any:
+        return self.connection.ops.adapt_datetimefield_value(value)
+
+    def hydrate(self, rows: Sequence[Sequence[Any]]) -> list[Intent]:
+        """Model instances from raw rows, with the same conversions the ORM applies."""
+        conn, model, fields = self.connection, self.model, self.fields
+        converters = []
+        for field in fields:
+            col = field.get_col(model._meta.db_table)
+            converters.append(conn.ops.get_db_converters(col) + field.get_db_converters(conn))
+        names = [field.attname for field in fields]
+        intents = []
+        for row in rows:
+            values = list(row)
+            for i, funcs in enumerate(converters):
+                for func in funcs:
+                    values[i] = func(values[i], fields[i], conn)
+            intents.append(model.from_db(self.alias, names, values))
+        return intents
+
+
+def claim_order(intent: Intent) -> tuple[datetime, datetime, str]:
+    return (intent.next_at, intent.created_at, intent.id)

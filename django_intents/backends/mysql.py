@@ -1,0 +1,120 @@
+"""MariaDB and MySQL: no partial indexes and no ``UPDATE ... RETURNING``.
+
+The claim index leads with ``state`` (migration 0002), so "due" is asked as
+two ordered range scans, pending and expired, merged in Python. Rows are
+locked with ``FOR UPDATE SKIP LOCKED`` by the select and updated by primary
+key while the locks are held. A transition reads its row's kind back after
+the update, since the update cannot return it.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django.db import transaction
+
+from .base import CLAIM_ORDER, COMPLETED, PENDING, RUNNING, Backend, ClaimFilters
+
+LOCK = " FOR UPDATE SKIP LOCKED"
+# The two halves of states.due, each an index range scan.
+BRANCHES = (f"state = '{PENDING}' AND next_at <= %s", f"state = '{RUNNING}' AND claim_until <= %s")
+
+
+class MySQLBackend(Backend):
+    vendor = "mysql"
+    returning = False
+
+    def __init__(self, alias: str, model: Any) -> None:
+        super().__init__(alias, model)
+        # IGNORE is safe here: every value was validated before, so the only
+        # error it can swallow is the duplicate key that makes enqueue idempotent.
+        self.sql_insert = (
+            f"INSERT IGNORE INTO {self.table} ({self.column_list}) VALUES {{rows}} RETURNING kind"
+        )
+        self.sql_branches = [
+            f"SELECT {self.column_list} FROM {self.table} WHERE {branch}{{filters}} "
+            f"{CLAIM_ORDER} LIMIT %s{LOCK}"
+            for branch in BRANCHES
+        ]
+        self.sql_probes = [
+            f"SELECT 1 FROM {self.table} WHERE {branch}{{filters}} LIMIT 1" for branch in BRANCHES
+        ]
+        self.sql_kind_of = f"SELECT kind FROM {self.table} WHERE id = %s"
+        self.sql_lock_running = (
+            f"SELECT id, kind, claim_token FROM {self.table} "
+            f"WHERE id IN ({{ids}}) AND state = '{RUNNING}' FOR UPDATE"
+        )
+        self.sql_complete_ids = (
+            f"UPDATE {self.table} SET state = '{COMPLETED}', claim_token = '', claim_until = NULL, "
+            f"updated_at = %s WHERE id IN ({{ids}}) AND state = '{RUNNING}'"
+        )
+        self.sql_exhausted_select = (
+            f"SELECT id, kind FROM {self.table} WHERE state = '{RUNNING}' AND claim_until <= %s "
+            f"AND attempts >= %s{{filters}}{LOCK}"
+        )
+
+    @property
+    def probe_before_claim(self) -> bool:  # type: ignore[override]
+        """Without SKIP LOCKED a claim would wait on other claimers' locks: look first."""
+        return not self.connection.features.has_select_for_update_skip_locked
+
+    def claim_queries(
+        self, *, now: datetime, limit: int, filters: ClaimFilters
+    ) -> list[tuple[str, list[Any]]]:
+        where, params = self.filters(filters)
+        at = self.dt(now)
+        return [
+            (statement.replace("{filters}", where), [at, *params, limit])
+            for statement in self.sql_branches
+        ]
+
+    def has_due(self, *, now: datetime, filters: ClaimFilters) -> bool:
+        where, params = self.filters(filters)
+        at = self.dt(now)
+        with self.cursor() as cursor:
+            for statement in self.sql_probes:
+                cursor.execute(statement.replace("{filters}", where), [at, *params])
+                if cursor.fetchone() is not None:
+                    return True
+        return False
+
+    def cancel_exhausted(
+        self, *, now: datetime, max_attempts: int, kinds: list[str] | None, error: str
+    ) -> list[str]:
+        where, params = self.kind_filter(kinds)
+        at = self.dt(now)
+        with transaction.atomic(using=self.alias), self.cursor() as cursor:
+            cursor.execute(
+                self.sql_exhausted_select.replace("{filters}", where), [at, max_attempts, *params]
+            )
+            found = cursor.fetchall()
+            if found:
+                ids = f" AND id IN ({', '.join(['%s'] * len(found))})"
+                statement = self.sql_exhausted.replace("{filters}", ids)
+                cursor.execute(statement, [error, at, at, max_attempts, *(row[0] for row in found)])
+        return [row[1] for row in found]
+
+    def complete_many(
+        self, pairs: list[tuple[str, str]], *, now: datetime
+    ) -> list[tuple[str, str]]:
+        """Lock the running rows among the ids, keep those whose token matches, complete them."""
+        ids = list(dict.fromkeys(id for id, _ in pairs))
+        wanted = set(pairs)
+        with transaction.atomic(using=self.alias), self.cursor() as cursor:
+            cursor.execute(
+                self.sql_lock_running.replace("{ids}", ", ".join(["%s"] * len(ids))), ids
+            )
+            held = [(id, kind) for id, kind, token in cursor.fetchall() if (id, token) in wanted]
+            if held:
+                statement = self.sql_complete_ids.replace("{ids}", ", ".join(["%s"] * len(held)))
+                cursor.execute(statement, [self.dt(now), *(id for id, _ in held)])
+        return held
+
+    def transition(self, statement: str, params: list[Any], id: str) -> list[str]:  # noqa: A002
+        with self.cursor() as cursor:
+            cursor.execute(statement, params)
+            if not cursor.rowcount:
+                return []
+            cursor.execute(self.sql_kind_of, [id])
+            return [row[0] for row in cursor.fetchall()]

@@ -1,0 +1,199 @@
+"""PostgreSQL: a claim is one statement, and a new or re-queued intent notifies idle pools.
+
+Statements go out through psycopg 3's server-side binding (``cursor()``), so
+the server parses each text once per connection however the values change.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from django.db.backends.postgresql.psycopg_any import is_psycopg3
+
+if is_psycopg3:
+    from django.db.backends.postgresql.base import ServerBindingCursor
+
+from .base import (
+    CLAIM_ORDER,
+    CLEAR_CLAIM,
+    COMPLETED,
+    DUE,
+    NOTIFY_CHANNEL,
+    RUNNING,
+    Backend,
+    Claimed,
+    ClaimFilters,
+    claim_order,
+)
+
+# The columns a new intent takes from its caller; the rest are fixed or the batch's time.
+JSON_COLUMNS = ("id", "kind", "event_id", "target", "payload", "next_at")
+JSON_TYPES = "id text, kind text, event_id text, target text, payload jsonb, next_at timestamptz"
+
+
+class PostgreSQLBackend(Backend):
+    vendor = "postgresql"
+
+    def __init__(self, alias: str, model: Any) -> None:
+        super().__init__(alias, model)
+        table, cols = self.table, self.column_list
+        # Inserted rows notify idle workers; NOTIFY is delivered at commit and
+        # dropped on rollback, which is exactly the outbox promise. One
+        # notification and one result row per kind, not per intent.
+        notify = (
+            f"SELECT kind, count(*), pg_notify('{NOTIFY_CHANNEL}', kind) FROM ins GROUP BY kind"
+        )
+        self.sql_insert = (
+            f"WITH ins AS (INSERT INTO {table} ({cols}) VALUES {{rows}} "
+            f"ON CONFLICT (id) DO NOTHING RETURNING kind) {notify}"
+        )
+        # The same insert with the varying columns of every row in one JSON
+        # array: a statement whose text never changes with the batch size, so
+        # the client parses it once, and one parameter to adapt instead of
+        # thirteen per row. A JSON null payload becomes SQL NULL, as it does
+        # through VALUES. A row carries next_at only when it was given one.
+        self.sql_insert_json = (
+            f"WITH ins AS (INSERT INTO {table} ({cols}) "
+            f"SELECT {self._json_select()} FROM jsonb_to_recordset(%s::jsonb) AS r({JSON_TYPES}) "
+            f"ON CONFLICT (id) DO NOTHING RETURNING kind) {notify}"
+        )
+        # The inner SELECT is the fence between claimers: it locks the rows it
+        # picks and skips rows another claimer has locked, so concurrent claims
+        # never see the same intent. MATERIALIZED keeps it from being inlined
+        # and evaluated more than once.
+        self.sql_claim = (
+            f"WITH due AS MATERIALIZED (SELECT id, state AS was, claim_until AS lease_end "
+            f"FROM {table} WHERE {DUE}{{filters}} {CLAIM_ORDER} LIMIT %s FOR UPDATE SKIP LOCKED) "
+            f"UPDATE {table} AS t SET state = '{RUNNING}', attempts = t.attempts + 1, "
+            f"claim_token = md5(%s || t.id), claim_until = %s, updated_at = %s "
+            f"FROM due WHERE t.id = due.id "
+            f"RETURNING {', '.join('t.' + self.connection.ops.quote_name(c) for c in self.columns)}"
+            f", due.was, due.lease_end"
+        )
+        # Arrays keep the statement text the same whatever the batch size.
+        self.sql_complete_many = (
+            f"UPDATE {table} AS t SET state = '{COMPLETED}', {CLEAR_CLAIM}, "
+            f"updated_at = %s FROM unnest(%s::text[], %s::text[]) AS v(id, token) "
+            f"WHERE t.id = v.id AND t.state = '{RUNNING}' AND t.claim_token = v.token "
+            f"RETURNING t.id, t.kind"
+        )
+        # A released or retried-now intent is due now: wake idle pools as an enqueue would.
+        self.sql_release = self._notifying(self.sql_release)
+        self.sql_retry_now = self._notifying(self.sql_retry_now)
+
+    def _notifying(self, update: str) -> str:
+        """``update`` (which returns the kind it moved), then a notification per kind."""
+        return f"WITH upd AS ({update}) SELECT kind, pg_notify('{NOTIFY_CHANNEL}', kind) FROM upd"
+
+    def _json_select(self) -> str:
+        """The select list of the JSON insert: the batch's time is the first three parameters."""
+        fixed = {
+            "next_at": "COALESCE(r.next_at, %s)",
+            "created_at": "%s",
+            "updated_at": "%s",
+            "state": "'pending'",
+            "attempts": "0",
+            "last_error": "''",
+            "claim_token": "''",
+            "claim_until": "NULL",
+        }
+        return ", ".join(fixed.get(column, f"r.{column}") for column in self.columns)
+
+    def cursor(self) -> Any:
+        """A cursor whose parameters the server binds, on psycopg 3.
+
+        Django binds parameters on the client by default, so every statement is
+        new text that the server parses and plans again, and psycopg spends more
+        time composing it than sending it. These statements are written to be
+        bound by the server (``%s`` only where a value goes), which made a single
+        ``enqueue`` about a third faster (docs/benchmarks.md). Nothing is
+        prepared unless ``OPTIONS["prepare_threshold"]`` says so, so connection
+        poolers keep working. The cursor is wrapped like Django's own, so query
+        logging and ``execute_wrapper`` see every statement.
+        """
+        connection = self.connection
+        if not is_psycopg3:
+            return connection.cursor()
+        connection.close_if_health_check_failed()
+        connection.ensure_connection()
+        connection.validate_thread_sharing()
+        with connection.wrap_database_errors:
+            raw = ServerBindingCursor(connection.connection)
+        if connection.queries_logged:
+            return connection.make_debug_cursor(raw)
+        return connection.make_cursor(raw)
+
+    def insert(self, rows: Sequence[dict[str, Any]]) -> list[str]:
+        if len(rows) > 1:
+            # One row gains nothing from the JSON form: its VALUES text is short
+            # enough for the client to cache, and the server parses no JSON.
+            now = rows[0]["created_at"]  # the same for every row of a batch
+            statement, params = self.sql_insert_json, [*[self.dt(now)] * 3, _json_rows(rows, now)]
+        else:
+            statement = self.sql_insert.replace("{rows}", self.values_groups(len(rows)))
+            params = [value for row in rows for value in self.values(row)]
+        with self.cursor() as cursor:
+            cursor.execute(statement, params)
+            return [kind for kind, count, _ in cursor.fetchall() for _ in range(count)]
+
+    def kind_filter(self, kinds: list[str] | None) -> tuple[str, list[Any]]:
+        """``array_position(kinds, kind) IS NOT NULL``, which no index can answer.
+
+        The planner, knowing nothing of what the function returns, takes it to
+        keep almost every row, and so walks the claim index in order and stops
+        at ``LIMIT``. Written ``kind IN (...)`` it was served by the (kind,
+        state) index, which after a churn fetched every dead row version of the
+        kind; written ``(kind || '') IN (...)`` it was estimated to keep 0.5 %
+        of the rows, and on a vacuumed but never analysed table the planner
+        then fetched and sorted every due row. Either way a claim cost as much
+        as the backlog.
+        """
+        if not kinds:
+            return "", []
+        return " AND array_position(%s::text[], kind::text) IS NOT NULL", [list(kinds)]
+
+    def claim(
+        self, *, now: datetime, until: datetime, limit: int, filters: ClaimFilters
+    ) -> list[Claimed]:
+        # The statement of claim_queries is the whole claim; its parameters end
+        # before the token salt, the lease end and the update time.
+        [(statement, params)] = self.claim_queries(now=now, limit=limit, filters=filters)
+        params += [_salt(), self.dt(until), self.dt(now)]
+        with self.cursor() as cursor:
+            cursor.execute(statement, params)
+            rows = cursor.fetchall()
+        width = len(self.columns)
+        intents = self.hydrate([row[:width] for row in rows])
+        claimed = [
+            (intent, row[width + 1] if row[width] == RUNNING else None)
+            for intent, row in zip(intents, rows, strict=True)
+        ]
+        return sorted(claimed, key=lambda pair: claim_order(pair[0]))
+
+    def complete_many(
+        self, pairs: list[tuple[str, str]], *, now: datetime
+    ) -> list[tuple[str, str]]:
+        with self.cursor() as cursor:
+            ids, tokens = [id for id, _ in pairs], [token for _, token in pairs]
+            cursor.execute(self.sql_complete_many, [self.dt(now), ids, tokens])
+            return [(row[0], row[1]) for row in cursor.fetchall()]
+
+
+def _salt() -> str:
+    """Each claimed row's token is md5(salt || id): unique per claim, one parameter per batch."""
+    return secrets.token_hex(16)
+
+
+def _json_rows(rows: Sequence[dict[str, Any]], now: datetime) -> str:
+    """The rows as one JSON array; ``next_at`` only where it is not the batch's ``now``."""
+    items = []
+    for row in rows:
+        item = {column: row[column] for column in JSON_COLUMNS if column != "next_at"}
+        if row["next_at"] is not now:
+            item["next_at"] = row["next_at"].isoformat()
+        items.append(item)
+    return json.dumps(items)
