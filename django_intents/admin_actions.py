@@ -28,9 +28,9 @@ from .states import ACTIVE, TERMINAL, State
 if TYPE_CHECKING:
     from django_stubs_ext import StrPromise
 
-SKIPPED_LOOKUP_BATCH = 500
+    Action = Callable[[admin.ModelAdmin[Intent], HttpRequest, QuerySet[Intent]], Any]
 
-Action = Callable[[admin.ModelAdmin[Intent], HttpRequest, QuerySet[Intent]], Any]
+SKIPPED_LOOKUP_BATCH = 500
 
 
 @dataclass(frozen=True)
