@@ -18,8 +18,9 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
+from .states import TERMINAL
+
 DEFAULT_METRIC_KINDS = ("delivery", "push", "replication", "webhook", "job")
-TERMINAL_STATES = ("completed", "cancelled")
 
 
 @dataclass(frozen=True)
@@ -107,8 +108,9 @@ def _retention(key: str, value: Any) -> dict[str, Retention] | None:
         raise SettingError(key, f"must be None or a dict keyed by terminal state, not {value!r}")
     result = {}
     for state, windows in value.items():
-        if state not in TERMINAL_STATES:
-            raise SettingError(key, f"has state {state!r}; only {TERMINAL_STATES} are pruned")
+        if state not in TERMINAL:
+            pruned = tuple(str(terminal) for terminal in TERMINAL)
+            raise SettingError(key, f"has state {state!r}; only {pruned} are pruned")
         if not isinstance(windows, Mapping) or set(windows) - {"compact", "delete"}:
             raise SettingError(key, f"[{state!r}] must be a dict with 'compact' and/or 'delete'")
         compact = _window(key, state, "compact", windows.get("compact"))

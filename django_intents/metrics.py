@@ -7,8 +7,9 @@ signals; the receivers below turn them into samples, so no hot path does any
 bookkeeping of its own.
 
 The two gauges describe the table, not the process: they are read when scraped,
-by one grouped query cached for ``INTENTS["GAUGE_CACHE"]`` seconds, so enqueue,
-claim and complete never pay for a ``COUNT``.
+by the one grouped query of ``backlog.read_backlog``, cached for
+``INTENTS["GAUGE_CACHE"]`` seconds, so enqueue, claim and complete never pay for
+a ``COUNT``.
 
 The ``kind`` label is bounded: kinds outside ``INTENTS["METRIC_KINDS"]`` are
 reported as ``other``, so a typo or a per-tenant kind cannot explode the number
@@ -24,16 +25,13 @@ import threading
 import time
 from collections import Counter as Tally
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
-from datetime import datetime
 from socketserver import ThreadingMixIn
 from typing import Any, TypeVar, cast
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
-from django.db import DatabaseError, connections, router
-from django.db.models import Count, Min, Q
+from django.db import DatabaseError, connections
 from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 from prometheus_client import (
@@ -49,14 +47,17 @@ from prometheus_client import (
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from .backlog import KindBacklog, read_backlog
 from .conf import get_settings
-from .signals import attempt_finished, intents_rescued, intents_transitioned
+from .signals import Outcome, attempt_finished, intents_rescued, intents_transitioned
+from .states import State
 
 logger = logging.getLogger(__name__)
 
 OTHER = "other"
-STATES = ("pending", "running", "completed", "cancelled")
-OUTCOMES = ("success", "error", "stopped", "fenced")
+# The values of the ``to`` and ``outcome`` labels, as plain strings.
+STATES = tuple(State.values)
+OUTCOMES = tuple(outcome.value for outcome in Outcome)
 DEFAULT_ADDR = "127.0.0.1"
 
 PENDING = "django_intents_pending"
@@ -185,42 +186,6 @@ def precreate(kinds: Iterable[str]) -> None:
 # -- scrape-time gauges ----------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class KindRow:
-    """One kind's share of the queue, as read from the database."""
-
-    kind: str
-    pending: int
-    oldest_due: datetime | None  # when the oldest due intent became claimable
-
-
-def read_queue(now: datetime | None = None) -> list[KindRow]:
-    """Read pending counts and the oldest due time of every kind, in one grouped query.
-
-    Due means what a claim at ``now`` could take: pending with ``next_at <= now``,
-    or running with an expired lease (waiting since the lease ran out).
-    """
-    from .models import Intent
-
-    now = timezone.now() if now is None else now
-    rows = (
-        Intent.objects.using(router.db_for_read(Intent))
-        .filter(state__in=Intent.ACTIVE_STATES)
-        .order_by()
-        .values_list("kind")
-        .annotate(
-            pending=Count("pk", filter=Q(state="pending")),
-            oldest_pending=Min("next_at", filter=Q(state="pending", next_at__lte=now)),
-            oldest_expired=Min("claim_until", filter=Q(state="running", claim_until__lte=now)),
-        )
-    )
-    result = []
-    for kind, pending, oldest_pending, oldest_expired in rows:
-        candidates = [at for at in (oldest_pending, oldest_expired) if at is not None]
-        result.append(KindRow(kind, pending, min(candidates) if candidates else None))
-    return result
-
-
 class QueueCollector(Collector):
     """Exports ``django_intents_pending`` and ``django_intents_oldest_due_age_seconds``.
 
@@ -231,7 +196,7 @@ class QueueCollector(Collector):
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._rows: list[KindRow] = []
+        self._rows: list[KindBacklog] = []
         self._read_at: float | None = None
 
     def invalidate(self) -> None:
@@ -271,13 +236,13 @@ class QueueCollector(Collector):
         yield pending
         yield oldest
 
-    def _cached_rows(self) -> list[KindRow]:
+    def _cached_rows(self) -> list[KindBacklog]:
         # Concurrent scrapes wait for the one that is reading instead of all querying.
         with self._lock:
             ttl = get_settings().gauge_cache
             fresh = self._read_at is not None and time.monotonic() - self._read_at < ttl
             if not fresh:
-                self._rows = read_queue()
+                self._rows = read_backlog().kinds
                 self._read_at = time.monotonic()
             return self._rows
 

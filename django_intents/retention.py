@@ -24,9 +24,10 @@ from datetime import datetime
 from django.db.models import Q
 from django.utils import timezone
 
-from .conf import TERMINAL_STATES, get_settings
+from .conf import get_settings
 from .managers import IntentQuerySet
 from .models import Intent
+from .states import TERMINAL
 
 
 @dataclass
@@ -91,12 +92,12 @@ def prune(
 def _phases(report: PruneReport, now: datetime) -> list[_Phase]:
     retention = get_settings().retention or {}
     phases = []
-    for state in TERMINAL_STATES:
+    for state in TERMINAL:
         window = retention.get(state)
         if window is not None and window.delete is not None:
             rows = Intent.objects.filter(state=state, updated_at__lte=now - window.delete)
             phases.append(_Phase(report.deleted, state, rows, _delete))
-    for state in TERMINAL_STATES:
+    for state in TERMINAL:
         window = retention.get(state)
         if window is not None and window.compact is not None:
             rows = Intent.objects.filter(state=state, updated_at__lte=now - window.compact)

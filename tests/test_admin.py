@@ -21,7 +21,9 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
-from django_intents.admin import _skipped_message, queue_summary, relative, short_duration
+from django_intents.admin import queue_summary
+from django_intents.admin_actions import skipped_message
+from django_intents.humanize import relative, short_duration
 from django_intents.models import Intent
 
 from .conftest import T0, row, snapshot
@@ -459,10 +461,10 @@ def test_unknown_action_is_refused(admin_client, mixed):
 def test_skipped_message_says_why_for_intents_that_moved_or_went_meanwhile(mixed):
     # An intent can finish, or be deleted, between the selection and the action.
     ids = [mixed["completed"], mixed["pending"], "0" * 64, "1" * 64]
-    assert _skipped_message(ids) == (
+    assert skipped_message(ids) == (
         "Skipped 4 intents: 1 already completed, 1 changed meanwhile, 2 no longer exist."
     )
-    assert _skipped_message(["0" * 64]) == "Skipped 1 intent: 1 no longer exists."
+    assert skipped_message(["0" * 64]) == "Skipped 1 intent: 1 no longer exists."
 
 
 # -- buttons on the change page ------------------------------------------------------------

@@ -8,6 +8,7 @@ shows its function as the target. Tasks are enqueued through Django's API
 
 from __future__ import annotations
 
+import importlib
 import re
 import sys
 from collections.abc import Callable, Iterator
@@ -20,6 +21,7 @@ from django_intents import admin as intents_admin
 from django_intents.handlers import discover
 from django_intents.models import Intent
 from django_intents.tasks import TASK_KIND
+from django_intents.tasks.display import TASK_VALUE_LIMIT
 from django_intents.worker import WorkerPool
 from tests.testapp import tasks
 
@@ -56,15 +58,22 @@ def drain() -> None:
 
 @pytest.fixture
 def hide_task_framework(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[], None]]:
-    """Make it look, to the admin, like Django 5.2 without the django-tasks backport."""
+    """Make it look, to the admin, like Django 5.2 without the django-tasks backport.
+
+    There the admin's guarded import of ``django_intents.tasks.display`` fails;
+    this undoes that import, and proves the guard would fail in that setting.
+    """
 
     def hide() -> None:
         monkeypatch.setitem(sys.modules, "django.tasks", None)
         monkeypatch.setitem(sys.modules, "django_tasks", None)
-        intents_admin._task_record_module.cache_clear()
+        for name in [name for name in sys.modules if name.startswith("django_intents.tasks")]:
+            monkeypatch.delitem(sys.modules, name)
+        with pytest.raises(ImportError):
+            importlib.import_module("django_intents.tasks.display")
+        monkeypatch.setattr(intents_admin, "task_display", None)
 
     yield hide
-    intents_admin._task_record_module.cache_clear()
 
 
 def has_task_fieldset(html: str) -> bool:
@@ -131,13 +140,13 @@ def test_a_failing_tasks_page_shows_its_last_error_and_traceback_escaped(admin_c
 @pytest.mark.django_db
 def test_a_long_argument_list_is_indented_and_a_huge_one_truncated(admin_client):
     long = tasks.echo.enqueue(*range(40)).id
-    huge = tasks.echo.enqueue("x" * (intents_admin.TASK_VALUE_LIMIT + 10)).id
+    huge = tasks.echo.enqueue("x" * (TASK_VALUE_LIMIT + 10)).id
 
     indented = task_section(admin_client, long)["Arguments"]
     assert indented.startswith('<pre class="intents-pre">[\n  0,\n  1,\n')
     shown = task_section(admin_client, huge)["Arguments"]
     assert "characters, truncated)</pre>" in shown
-    assert len(shown) < intents_admin.TASK_VALUE_LIMIT + 200
+    assert len(shown) < TASK_VALUE_LIMIT + 200
 
 
 @pytest.mark.django_db

@@ -465,7 +465,7 @@ def test_a_failing_gauge_query_still_serves_the_counters(client, monkeypatch, ca
     def broken(now=None):
         raise DatabaseError("connection refused")
 
-    monkeypatch.setattr(metrics, "read_queue", broken)
+    monkeypatch.setattr(metrics, "read_backlog", broken)
     samples = scrape(client)
     assert not label_sets(samples, "django_intents_pending")
     assert label_sets(samples, "django_intents_transitions_total")

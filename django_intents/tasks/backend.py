@@ -22,6 +22,7 @@ from django.utils import timezone
 
 from ..handlers import registry
 from ..identity import MAX_LENGTHS, check_text, intent_id
+from ..states import TERMINAL
 from .compat import (
     BaseTaskBackend,
     InvalidTask,
@@ -40,13 +41,13 @@ from .record import (
     load_task,
     make_result,
 )
+from .runner import run_task
 
 if TYPE_CHECKING:
     from ..managers import IntentManager
     from ..models import Intent
 
 OPTIONS = ("MAX_ATTEMPTS",)
-TERMINAL_STATES = ("completed", "cancelled")
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -200,7 +201,7 @@ class IntentsBackend(BaseTaskBackend):
     def _result(
         self, intent: Intent, task: Task[Any, Any], record: TaskRecord
     ) -> TaskResult[Any, Any]:
-        finished = intent.state in TERMINAL_STATES
+        finished = intent.state in TERMINAL
         return make_result(
             task,
             id=intent.id,
@@ -262,18 +263,15 @@ class IntentsBackend(BaseTaskBackend):
 def _intents() -> IntentManager:
     """The intent manager on the database enqueues go to (and results are read from).
 
-    Imported here, not at the top: ``@task`` builds this backend when a tasks
-    module is imported, which may be before the app registry is ready.
+    Looked up in the app registry, not imported: ``@task`` builds this backend
+    when a tasks module is imported, which may be before the models are loaded.
     """
-    from ..models import Intent
-
-    return Intent.objects.db_manager(router.db_for_write(Intent))  # type: ignore[no-any-return]
+    intent = apps.get_model("django_intents", "Intent")
+    return intent.objects.db_manager(router.db_for_write(intent))  # type: ignore[no-any-return]
 
 
 def register_handler() -> None:
     """Register the task runner as the handler of ``TASK_KIND`` (idempotent)."""
-    from .runner import run_task  # the runner imports this module
-
     registry.register(TASK_KIND, run_task)
 
 

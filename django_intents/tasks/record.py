@@ -17,7 +17,8 @@ from typing import Any
 
 from django.utils.module_loading import import_string
 
-from ..validation import check_json as _check_json
+from ..states import State
+from ..validation import check_json
 from .compat import InvalidTask, Task, TaskError, TaskResult, TaskResultStatus
 
 # The one kind every task intent has: the worker pool runs them all with one handler.
@@ -27,11 +28,11 @@ TASK_KIND = "django.tasks"
 MAX_ERRORS = 10
 MAX_TRACEBACK = 20_000
 
-STATUS = {
-    "pending": TaskResultStatus.READY,
-    "running": TaskResultStatus.RUNNING,
-    "completed": TaskResultStatus.SUCCESSFUL,
-    "cancelled": TaskResultStatus.FAILED,
+STATUS: dict[str, TaskResultStatus] = {
+    State.PENDING: TaskResultStatus.READY,
+    State.RUNNING: TaskResultStatus.RUNNING,
+    State.COMPLETED: TaskResultStatus.SUCCESSFUL,
+    State.CANCELLED: TaskResultStatus.FAILED,
 }
 
 
@@ -133,7 +134,7 @@ def check_storable(value: Any, path: str) -> Any:
     this refuses what it lets through but a JSON column would change or reject:
     non-string keys, NaN and infinity, NUL characters, lone surrogates.
     """
-    return _check_json(value, path)
+    return check_json(value, path)
 
 
 def load_task(path: str) -> Task[..., Any]:

@@ -18,7 +18,7 @@ import logging
 import os
 import socket
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol, runtime_checkable
 
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, connections, router
@@ -27,7 +27,9 @@ from django.utils import timezone
 
 from ..conf import get_settings
 from ..exceptions import ClaimLost, Stop
-from .backend import IntentsBackend
+from ..retries import gives_up
+from ..states import State
+from ..validation import exception_text
 from .compat import (
     InvalidTask,
     Task,
@@ -46,6 +48,19 @@ if TYPE_CHECKING:
     from ..models import Intent
 
 log = logging.getLogger(__name__)
+
+
+@runtime_checkable
+class _Backend(Protocol):
+    """What the runner needs of the backend that stored a task: ``backend.IntentsBackend``.
+
+    Described, not imported: that backend registers this runner as a handler,
+    so importing it here would make the two modules import each other.
+    """
+
+    max_attempts: int | None
+
+    def task_for(self, record: TaskRecord) -> Task[Any, Any]: ...
 
 
 def run_task(intent: Intent, attempt: Attempt) -> None:
@@ -98,7 +113,7 @@ def worker_id() -> str:
 
 def _failed(
     intent: Intent,
-    backend: IntentsBackend,
+    backend: _Backend,
     task: Task[Any, Any],
     record: TaskRecord,
     exc: BaseException,
@@ -124,11 +139,11 @@ def _failed(
     if isinstance(exc, Stop):
         raise exc
     if final:
-        raise Stop(_cause(exc)) from exc
+        raise Stop(exception_text(exc)) from exc
     raise exc  # the worker retries it with backoff
 
 
-def _send(signal: Signal, backend: IntentsBackend, result: TaskResult[Any, Any]) -> None:
+def _send(signal: Signal, backend: _Backend, result: TaskResult[Any, Any]) -> None:
     """Send a task signal; a failing receiver is logged, it never changes the outcome."""
     for receiver, error in signal.send_robust(type(backend), task_result=result):
         if isinstance(error, Exception):
@@ -141,12 +156,12 @@ def _send(signal: Signal, backend: IntentsBackend, result: TaskResult[Any, Any])
             )
 
 
-def _is_final(exc: BaseException, intent: Intent, backend: IntentsBackend) -> bool:
+def _is_final(exc: BaseException, intent: Intent, backend: _Backend) -> bool:
     """Does this failure end the task, or will it run again?"""
     if isinstance(exc, Stop) or not isinstance(exc, Exception):
         return True  # Stop, SystemExit, KeyboardInterrupt, ...
-    limits = [n for n in (backend.max_attempts, get_settings().max_attempts) if n is not None]
-    return bool(limits) and intent.attempts >= min(limits)
+    limits = (backend.max_attempts, get_settings().max_attempts)
+    return any(gives_up(intent.attempts, limit) for limit in limits)
 
 
 def _save(intent: Intent, record: TaskRecord) -> None:
@@ -154,7 +169,7 @@ def _save(intent: Intent, record: TaskRecord) -> None:
     saved = (
         type(intent)
         .objects.db_manager(router.db_for_write(type(intent)))
-        .filter(pk=intent.id, state="running", claim_token=intent.claim_token)
+        .filter(pk=intent.id, state=State.RUNNING, claim_token=intent.claim_token)
         .update(payload=record.to_payload())
     )
     if not saved:
@@ -178,14 +193,8 @@ def _result(
     )
 
 
-def _backend(alias: str) -> IntentsBackend:
+def _backend(alias: str) -> _Backend:
     backend = task_backends[alias]
-    if not isinstance(backend, IntentsBackend):
+    if not isinstance(backend, _Backend):
         raise InvalidTask(f"TASKS[{alias!r}] is {type(backend).__name__}, not IntentsBackend")
     return backend
-
-
-def _cause(exc: BaseException) -> str:
-    """``Type: message``, as the worker writes ``last_error`` for any handler."""
-    message = str(exc)
-    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__

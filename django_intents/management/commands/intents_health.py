@@ -13,7 +13,8 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
-from ...metrics import read_queue
+from ...backlog import read_backlog
+from ...states import State
 
 
 def seconds(value: str) -> float:
@@ -43,9 +44,9 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, max_age: float, **options: Any) -> None:
         now = timezone.now()
-        rows = read_queue(now)
-        pending = sum(row.pending for row in rows)
-        waits = {row.kind: now - row.oldest_due for row in rows if row.oldest_due is not None}
+        backlog = read_backlog(now)
+        pending = backlog.states[State.PENDING]
+        waits = {k.kind: now - k.oldest_due for k in backlog.kinds if k.oldest_due is not None}
         if not waits:
             self.stdout.write(f"ok: nothing is due ({pending} pending, max age {max_age:g}s)")
             return

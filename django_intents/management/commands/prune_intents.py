@@ -2,23 +2,14 @@
 
 from __future__ import annotations
 
-import argparse
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from django_intents.conf import TERMINAL_STATES, get_settings
-from django_intents.retention import prune
-
-
-def positive_int(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not an integer") from None
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a positive integer")
-    return number
+from ...conf import get_settings
+from ...retention import prune
+from ...states import TERMINAL
+from .run_intent_workers import positive_int
 
 
 class Command(BaseCommand):
@@ -56,7 +47,7 @@ class Command(BaseCommand):
             dry_run=options["dry_run"],
         )
         would = "would be " if report.dry_run else ""
-        for state in TERMINAL_STATES:
+        for state in TERMINAL:
             if state not in report.compacted and state not in report.deleted:
                 continue
             parts = []
