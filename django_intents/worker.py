@@ -9,18 +9,13 @@ at least once: a worker that dies leaves a claim that another worker takes
 when its lease expires.
 
 The loop is built from parts that each own their state and are called only
-from the loop thread: the lease table (``leases.py``), the completer of
-batched successes (``completer.py``), the shutdown (``shutdown.py``), the
-outage rule (``outage.py``) and the housekeeping (``housekeeping.py``). The
-threads around it never share a field with it: worker threads hand claims
-back through the ``finished`` queue (what each message means is in
-``execution.py``), the listener and the threads ring the alarm, and
-``stop()`` hands its deadline over through a queue of its own.
-
-The loop claims as many intents as it has room for: one per idle worker, or,
-while handlers are quick, one more per worker queued behind them
-(``_capacity``). With successes batched, a busy pool costs the database about
-two statements per loop turn however many handlers finished.
+from the loop thread: how much to claim (``demand.py``), the claims held
+(``leases.py``), the batched successes (``completer.py``), the stop
+(``shutdown.py``), the outage rule (``outage.py``) and the housekeeping
+(``housekeeping.py``). The threads around it never share a field with it:
+worker threads hand claims back through the ``finished`` queue (its messages
+are explained in ``execution.py``), the listener and the threads ring the
+alarm, and ``stop()`` hands its deadline over through a queue of its own.
 """
 
 from __future__ import annotations
@@ -40,22 +35,19 @@ from django.utils import timezone
 from .attempt import Attempt
 from .completer import Completer
 from .conf import get_settings
+from .demand import Demand
 from .execution import Claim, Executor, Finished, Jobs, Progress
 from .floor import ClaimFloor
-from .handlers import Handler, describe
+from .handlers import Handler
 from .housekeeping import Housekeeping, Liveness
 from .leases import LeaseTable
 from .models import Intent
 from .outage import Outage, cause_text
 from .shutdown import Shutdown
-from .wakeup import Alarm, CommitWatcher, Listener, commit_watch_supported, listen_supported
+from .startup import log_start, start_wakeups
+from .wakeup import Alarm
 
 log = logging.getLogger(__name__)
-
-# While handlers take less than this on average, the pool claims up to twice as
-# many intents as it has worker threads, so that threads never wait for the
-# loop's round trips; slower handlers get one claim per idle thread.
-CLAIM_AHEAD_BELOW = 0.02
 
 
 class WorkerPool:
@@ -127,8 +119,8 @@ class WorkerPool:
         self._housekeeping = Housekeeping(
             report_interval=report_interval, retention=settings.retention is not None
         )
+        self._demand = Demand(self._workers)
         self._floor = ClaimFloor()
-        self._handler_time: float | None = None  # moving average of handler durations, s
         self._probe_first: bool | None = None  # known once connected (MySQL asks the server)
 
     # -- public ----------------------------------------------------------------
@@ -150,8 +142,18 @@ class WorkerPool:
             thread.start()
         listener = None
         try:
-            listener = self._start_listener()
-            self._log_start(listener is not None)
+            listener = start_wakeups(using=self._using, kinds=self._kinds, wake=self._alarm.ring)
+            log_start(
+                using=self._using,
+                handlers=self._handlers,
+                workers=self._workers,
+                lease=self._lease,
+                renew=self._renew,
+                poll=self._poll,
+                grace=self._grace,
+                drain=self._drain,
+                listening=listener is not None,
+            )
             with self._shutdown.signals_handled(self._handle_signals):
                 status = self._loop()
                 if status == 0:
@@ -230,13 +232,13 @@ class WorkerPool:
             self._alarm.sleep(self._sleep_time())
 
     def _claim(self) -> int | None:
-        """Claim as many intents as the pool has room for (``_capacity``).
+        """Claim as many intents as the pool has room for (``demand.py``).
 
         Returns how many were claimed, or ``None`` when no worker is idle or a
         claim above the floor (``ClaimFloor``) found nothing, which does not
         prove that nothing is due.
         """
-        free = self._capacity() - len(self._leases)
+        free = self._demand.capacity() - len(self._leases)
         if free <= 0:
             return None
         sent = time.monotonic()
@@ -306,10 +308,7 @@ class WorkerPool:
             if message is Progress.RECORDING:
                 self._leases.finishing(claim)
                 continue
-            last = self._handler_time
-            self._handler_time = (
-                claim.duration if last is None else 0.8 * last + 0.2 * claim.duration
-            )
+            self._demand.learn(claim.duration)
             if message is Progress.COMPLETING:
                 self._leases.finishing(claim)
                 self._completer.add(claim)
@@ -325,21 +324,6 @@ class WorkerPool:
             self._leases.drop(claim)
             self._housekeeping.count(outcome)
 
-    def _capacity(self) -> int:
-        """How many claims the pool holds at most: running, and queued for a thread.
-
-        Short handlers finish faster than the loop can complete and claim, so
-        threads would wait on its two round trips every turn; holding a second
-        claim per thread keeps them busy meanwhile (PostgreSQL drain with 4
-        workers: about 1.6 times the throughput, docs/benchmarks.md). A queued
-        claim's lease is renewed like a running one, and a stop releases it
-        unstarted. Slow handlers (or none seen yet) get one claim per thread,
-        so an intent never waits in this process behind a long handler while
-        another pool is idle.
-        """
-        quick = self._handler_time is not None and self._handler_time < CLAIM_AHEAD_BELOW
-        return self._workers * 2 if quick else self._workers
-
     def _sleep_time(self) -> float:
         now = time.monotonic()
         wake = [
@@ -350,7 +334,7 @@ class WorkerPool:
         deadline = self._shutdown.deadline()
         if deadline is not None:
             wake.append(deadline)
-        elif len(self._leases) < self._capacity():
+        elif len(self._leases) < self._demand.capacity():
             wake.append(now + self._poll * random.uniform(0.8, 1.2))  # noqa: S311 - jitter
         return max(min(wake) - now, 0.0)
 
@@ -367,41 +351,3 @@ class WorkerPool:
                     cause_text(exc),
                 )
         self._shutdown.release_unfinished(self._leases, self._collect)
-
-    # -- start-up --------------------------------------------------------------
-
-    def _start_listener(self) -> Listener | CommitWatcher | None:
-        connection = connections[self._using]
-        if commit_watch_supported(connection):
-            watcher = CommitWatcher(using=self._using, wake=self._alarm.ring)
-            watcher.start()
-            return watcher
-        if not listen_supported(connection):
-            if connection.vendor == "postgresql":
-                log.warning("LISTEN/NOTIFY needs psycopg >= 3.2; polling only")
-            return None
-        listener = Listener(using=self._using, kinds=self._kinds, wake=self._alarm.ring)
-        listener.start()
-        return listener
-
-    def _log_start(self, listening: bool) -> None:
-        connection = connections[self._using]
-        kinds = ", ".join(f"{kind} -> {describe(self._handlers[kind])}" for kind in self._kinds)
-        wakeups = ""
-        if listening:
-            wakeups = "commit watch, " if connection.vendor == "sqlite" else "LISTEN/NOTIFY, "
-        log.info(
-            "starting %d worker(s) on %s database %r (alias %r); kinds: %s; lease %g s, "
-            "renewed every %g s; wake-ups: %spolling every %g s; shutdown grace %g s%s",
-            self._workers,
-            connection.vendor,
-            str(connection.settings_dict.get("NAME", "")),
-            self._using,
-            kinds,
-            self._lease,
-            self._renew,
-            wakeups,
-            self._poll,
-            self._grace,
-            "; draining" if self._drain else "",
-        )

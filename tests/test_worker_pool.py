@@ -21,8 +21,7 @@ from django.db import OperationalError, connection, connections, transaction
 from django.test import override_settings
 from django.utils import timezone
 
-from django_intents import Stop, housekeeping, retention, signals
-from django_intents import worker as worker_module
+from django_intents import Stop, demand, housekeeping, retention, signals
 from django_intents.managers import IntentManager
 from django_intents.models import Intent
 from django_intents.wakeup import Listener, listen_supported
@@ -452,7 +451,7 @@ def test_a_pool_of_slow_handlers_holds_one_claim_per_worker(background):
         blocked.append(intent.event_id)
         gate.wait(10)
 
-    assert worker_module.CLAIM_AHEAD_BELOW < 0.05
+    assert demand.CLAIM_AHEAD_BELOW < 0.05
     enqueue_at("p.slow", 4, seconds_ago=60)
     enqueue_at("p.block", 3, seconds_ago=30)
     job = background(pool({"p.slow": slow, "p.block": block}, workers=1))
