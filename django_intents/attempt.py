@@ -63,18 +63,19 @@ class Attempt:
         the writes roll back. ``cancelled`` is deliberately not consulted: during
         a shutdown the claim is still valid and a result may still be recorded.
         """
-        from .models import Intent
-
         if self._completed:
             raise RuntimeError(f"{self!r} already completed its intent in attempt.atomic()")
-        using = self._using or router.db_for_write(Intent)
+        # The model comes from the intent: this module is imported before the
+        # app registry is ready, so it cannot import the model itself.
+        model = type(self.intent)
+        using = self._using or router.db_for_write(model)
         if transaction.get_connection(using).in_atomic_block:
             # Inside an outer transaction the completion would only be durable
             # when that one commits, and the worker would not know if it did.
             raise RuntimeError("attempt.atomic() must not be nested in another transaction")
         with transaction.atomic(using=using):
             yield
-            manager = Intent.objects.db_manager(using)
+            manager = model.objects.db_manager(using)
             if not manager.complete(self.intent.id, self.intent.claim_token):
                 self._lost = True
                 raise ClaimLost(

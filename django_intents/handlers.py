@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import autodiscover_modules, import_string
 
+from .conf import get_settings
 from .identity import check_text
 
 if TYPE_CHECKING:
@@ -107,7 +108,5 @@ def discover() -> dict[str, Handler]:
     Raises ``ImproperlyConfigured`` when a kind has two handlers or a dotted
     path in ``INTENTS["HANDLERS"]`` does not import.
     """
-    from .conf import get_settings
-
     autodiscover_modules("handlers")
     return registry.resolve(dict(get_settings().handlers))

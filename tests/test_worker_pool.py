@@ -11,7 +11,6 @@ import logging
 import re
 import threading
 import time
-import types
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
@@ -22,8 +21,7 @@ from django.db import OperationalError, connection, connections, transaction
 from django.test import override_settings
 from django.utils import timezone
 
-from django_intents import Stop, signals
-from django_intents import worker as worker_module
+from django_intents import Stop, demand, housekeeping, retention, signals
 from django_intents.managers import IntentManager
 from django_intents.models import Intent
 from django_intents.wakeup import Listener, listen_supported
@@ -299,7 +297,7 @@ def test_healthy_turns_false_when_the_database_is_not_reached_lately(background,
 
     monkeypatch.setattr(IntentManager, "claim_many", unreachable)
     (id,) = enqueue("p.due")  # so that the pool does try to claim
-    monkeypatch.setattr(subject, "_health_window", 0.3)
+    monkeypatch.setattr(subject._liveness, "window", 0.3)
     wait_for(lambda: not subject.healthy(), "an unhealthy pool", timeout=5)
     monkeypatch.undo()
     wait_for(subject.healthy, "the pool healthy again", timeout=10)
@@ -330,10 +328,8 @@ def test_database_errors_past_the_timeout_end_the_run_with_status_1(
 @pytest.fixture
 def fake_retention(monkeypatch) -> list[dict[str, Any]]:
     calls: list[dict[str, Any]] = []
-    module = types.ModuleType("django_intents.retention")
-    module.prune = lambda now=None, **kwargs: calls.append(kwargs)  # type: ignore[attr-defined]
-    monkeypatch.setitem(__import__("sys").modules, "django_intents.retention", module)
-    monkeypatch.setattr(worker_module, "PRUNE_INTERVAL", 0.1)
+    monkeypatch.setattr(retention, "prune", lambda now=None, **kwargs: calls.append(kwargs))
+    monkeypatch.setattr(housekeeping, "PRUNE_INTERVAL", 0.1)
     return calls
 
 
@@ -342,7 +338,7 @@ def test_with_retention_set_the_pool_prunes_one_small_batch_at_a_time(background
     running = background(pool({"p.idle": lambda intent, attempt: None}))
     wait_for(lambda: len(fake_retention) >= 2, "two prune calls")
     assert running.finish() == 0
-    assert fake_retention[0] == {"batch_size": worker_module.PRUNE_BATCH_SIZE, "max_batches": 1}
+    assert fake_retention[0] == {"batch_size": housekeeping.PRUNE_BATCH_SIZE, "max_batches": 1}
 
 
 def test_without_retention_the_pool_never_prunes(background, fake_retention):
@@ -455,7 +451,7 @@ def test_a_pool_of_slow_handlers_holds_one_claim_per_worker(background):
         blocked.append(intent.event_id)
         gate.wait(10)
 
-    assert worker_module.CLAIM_AHEAD_BELOW < 0.05
+    assert demand.CLAIM_AHEAD_BELOW < 0.05
     enqueue_at("p.slow", 4, seconds_ago=60)
     enqueue_at("p.block", 3, seconds_ago=30)
     job = background(pool({"p.slow": slow, "p.block": block}, workers=1))

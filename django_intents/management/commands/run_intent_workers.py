@@ -15,6 +15,7 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 
+from ... import metrics
 from ...conf import get_settings
 from ...handlers import discover
 from ...identity import check_text
@@ -180,11 +181,7 @@ class Command(BaseCommand):
 
     def _serve_metrics(self, addr: str, port: int, pool: WorkerPool) -> object:
         try:
-            from ...metrics import serve
-        except ImportError as exc:
-            raise CommandError(f"--metrics-port needs django_intents.metrics: {exc}") from exc
-        try:
-            server = serve(addr, port, pool.healthy)
+            server = metrics.serve(addr, port, pool.healthy)
         except OSError as exc:
             raise CommandError(f"cannot serve metrics on {addr}:{port}: {exc}") from exc
         logging.getLogger("django_intents.worker").info(

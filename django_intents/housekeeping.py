@@ -1,0 +1,110 @@
+"""What a pool does besides its work: prove it is alive, say how it goes, prune.
+
+``Liveness`` backs ``/healthz``: a pool is healthy while its loop runs and has
+reached the database lately, so a loop stuck in an outage or a hung query
+turns the probe red. An idle pool touches the database on purpose now and
+then, so that being quiet is not mistaken for being stuck. The loop writes
+two values here; the metrics server's thread only reads them.
+
+``Housekeeping`` logs the throughput once per report interval, and applies
+``INTENTS["RETENTION"]`` a little at a time: one small batch a minute, at a
+jittered offset so that pools started together do not prune together.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections import Counter
+
+from django.db.backends.base.base import BaseDatabaseWrapper
+
+from . import retention
+from .outage import cause_text
+from .signals import Outcome
+
+# The pool's logger: operators filter on one name for everything a pool says.
+log = logging.getLogger("django_intents.worker")
+
+PRUNE_INTERVAL = 60.0
+PRUNE_BATCH_SIZE = 100
+
+
+class Liveness:
+    """When the loop last completed a database round trip."""
+
+    def __init__(self, poll_interval: float) -> None:
+        self.window = max(10.0, 3 * poll_interval)  # /healthz fails after this long unreached
+        self._alive = False
+        self._reached_at = 0.0
+
+    def start(self) -> None:
+        self._alive = True
+        self._reached_at = time.monotonic()
+
+    def stop(self) -> None:
+        self._alive = False
+
+    def reached(self) -> None:
+        self._reached_at = time.monotonic()
+
+    def healthy(self) -> bool:
+        return self._alive and time.monotonic() - self._reached_at <= self.window
+
+    def keep_alive(self, connection: BaseDatabaseWrapper) -> None:
+        """Touch the database when nothing else did lately, so ``healthy()`` means it."""
+        if time.monotonic() < self.wake_at():
+            return
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+        self.reached()
+
+    def wake_at(self) -> float:
+        return self._reached_at + self.window / 2
+
+
+class Housekeeping:
+    """The throughput report and retention pruning, each on its own clock."""
+
+    def __init__(self, *, report_interval: float, retention: bool) -> None:
+        self._report_interval = report_interval
+        self._retention = retention
+        self._outcomes: Counter[Outcome] = Counter()
+        self._since = self._next_report = self._next_prune = 0.0
+
+    def start(self) -> None:
+        self._since = time.monotonic()
+        self._next_report = self._since + self._report_interval
+        self._next_prune = self._since + random.uniform(0, PRUNE_INTERVAL)  # noqa: S311
+
+    def count(self, outcome: Outcome) -> None:
+        self._outcomes[outcome] += 1
+
+    def wake_at(self) -> float:
+        return min(self._next_report, self._next_prune) if self._retention else self._next_report
+
+    def run_due(self, *, running: int) -> None:
+        now = time.monotonic()
+        if now >= self._next_report:
+            self._report(now, running)
+        if self._retention and now >= self._next_prune:
+            self._next_prune = now + PRUNE_INTERVAL
+            try:
+                retention.prune(batch_size=PRUNE_BATCH_SIZE, max_batches=1)
+            except Exception as exc:  # housekeeping must never stop the pool
+                log.warning("retention pruning failed: %s", cause_text(exc))
+
+    def _report(self, now: float, running: int) -> None:
+        elapsed = max(now - self._since, 1e-9)
+        total = sum(self._outcomes.values())
+        log.info(
+            "%d attempt(s) finished in the last %.0f s (%.2f/s): %s; %d running",
+            total,
+            elapsed,
+            total / elapsed,
+            ", ".join(f"{self._outcomes[outcome]} {outcome}" for outcome in Outcome),
+            running,
+        )
+        self._outcomes.clear()
+        self._since, self._next_report = now, now + self._report_interval

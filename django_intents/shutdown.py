@@ -1,0 +1,141 @@
+"""Stopping a pool without losing or delaying any intent.
+
+A stop (``WorkerPool.stop()``, SIGTERM or SIGINT) ends claiming at once and
+cancels every running attempt, so handlers that check ``attempt.cancelled``
+can wind down. Claims that no thread has started are released unstarted.
+Handlers then have the grace period to finish, and their results are
+recorded as usual; whatever still runs after it is released, so that no
+intent waits for its lease to expire. A second signal ends the grace period.
+
+``request()`` may be called from any thread or a signal handler; it only puts
+the deadline on a ``SimpleQueue`` (whose ``put`` is safe there) and rings the
+alarm. The loop reads the queue; everything else here runs in the loop thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import queue
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from types import FrameType
+
+from django.db import Error as DatabaseFailure
+
+from .execution import Claim, Jobs
+from .leases import LeaseTable
+from .managers import IntentManager
+from .outage import cause_text
+from .wakeup import Alarm
+
+# The pool's logger: operators filter on one name for everything a pool says.
+log = logging.getLogger("django_intents.worker")
+
+
+class Shutdown:
+    """When the pool must stop, and the releases that go with it."""
+
+    def __init__(self, manager: IntentManager, *, grace: float, alarm: Alarm) -> None:
+        self._manager = manager
+        self._grace = grace
+        self._alarm = alarm
+        self._requests: queue.SimpleQueue[float] = queue.SimpleQueue()
+        self._deadline: float | None = None  # end of the grace period, once requested
+        self._signal = ""
+        self._begun = False
+
+    def request(self, grace: float | None = None) -> None:
+        """Ask the loop to stop within ``grace`` seconds; a later request can only shorten it."""
+        self._requests.put(time.monotonic() + (self._grace if grace is None else grace))
+        self._alarm.ring()
+
+    def deadline(self) -> float | None:
+        """The end of the grace period, or ``None`` while no stop was requested."""
+        while True:
+            try:
+                deadline = self._requests.get_nowait()
+            except queue.Empty:
+                return self._deadline
+            if self._deadline is None or deadline < self._deadline:
+                self._deadline = deadline
+
+    @contextlib.contextmanager
+    def signals_handled(self, enabled: bool) -> Iterator[None]:
+        """Stop on SIGTERM and SIGINT meanwhile, when enabled and in the main thread."""
+        if not enabled or threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = {
+            sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)
+        }
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        """First signal: stop gracefully. Second: release what still runs, now."""
+        again = bool(self._signal) or self._deadline is not None
+        self._signal = signal.Signals(signum).name
+        self.request(grace=0.0 if again else None)
+
+    def begin(self, jobs: Jobs, leases: LeaseTable) -> None:
+        """Release the claims no thread has started and cancel the running attempts, once."""
+        if self._begun:
+            return
+        self._begun = True
+        self._release_queued(jobs, leases)
+        for claim in leases.claims():
+            claim.attempt.cancelled.set()
+        deadline = self._deadline if self._deadline is not None else time.monotonic()
+        log.info(
+            "stopping%s: no new claims; %d running attempt(s) cancelled, waiting up to %.1f s",
+            f" on {self._signal}" if self._signal else "",
+            len(leases),
+            max(deadline - time.monotonic(), 0.0),
+        )
+
+    def _release_queued(self, jobs: Jobs, leases: LeaseTable) -> None:
+        """Give back the claims no thread has started: pending again, due now, never run."""
+        while True:
+            try:
+                claim = jobs.get_nowait()
+            except queue.Empty:
+                return
+            if claim is None:  # stop sentinels are only queued once the loop has ended
+                return
+            leases.drop(claim)
+            self._release(claim, started=False)
+
+    def release_unfinished(self, leases: LeaseTable, collect: Callable[[], None]) -> None:
+        """Give back every claim whose handler is still running: pending, due now.
+
+        ``collect`` reads the threads' messages: one that says ``RECORDING``
+        keeps its claim, since its thread is recording the result right now.
+        """
+        for claim in leases.claims():
+            collect()
+            if not leases.holds(claim) or leases.is_finishing(claim):
+                continue
+            self._release(claim, started=True)
+
+    def _release(self, claim: Claim, *, started: bool) -> None:
+        claim.attempt._lose()  # whatever the handler returns later is dropped
+        try:
+            released = self._manager.release(claim.intent.id, claim.intent.claim_token)
+        except DatabaseFailure as exc:
+            log.warning(
+                "%s: %s (%s); it runs %sonce its lease expires",
+                claim.name,
+                "not released" if started else "not started and not released",
+                cause_text(exc),
+                "again " if started else "",
+            )
+            return
+        if released or not started:
+            state = "handler still running" if started else "not started"
+            log.info("%s: %s; released, due now", claim.name, state)
