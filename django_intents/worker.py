@@ -44,8 +44,8 @@ from .leases import LeaseTable
 from .models import Intent
 from .outage import Outage, cause_text
 from .shutdown import Shutdown
-from .startup import log_start, start_wakeups
-from .wakeup import Alarm
+from .startup import log_start
+from .wakeup import Alarm, start_waker
 
 log = logging.getLogger(__name__)
 
@@ -142,7 +142,7 @@ class WorkerPool:
             thread.start()
         listener = None
         try:
-            listener = start_wakeups(using=self._using, kinds=self._kinds, wake=self._alarm.ring)
+            listener = start_waker(using=self._using, kinds=self._kinds, wake=self._alarm.ring)
             log_start(
                 using=self._using,
                 handlers=self._handlers,
@@ -152,7 +152,7 @@ class WorkerPool:
                 poll=self._poll,
                 grace=self._grace,
                 drain=self._drain,
-                listening=listener is not None,
+                waker=listener,
             )
             with self._shutdown.signals_handled(self._handle_signals):
                 status = self._loop()

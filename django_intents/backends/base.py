@@ -67,8 +67,6 @@ class Backend:
     # Whether UPDATE ... RETURNING exists; without it a transition reads the
     # kind back by primary key.
     returning = True
-    # Whether a claim should look with a cheap read before it takes a write lock.
-    probe_before_claim = False
     # An index hint after the table name, where the planner needs one.
     claim_hint = ""
     # Set by each vendor: the insert that ignores known ids and returns kinds

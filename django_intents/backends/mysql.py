@@ -54,11 +54,6 @@ class MySQLBackend(Backend):
             f"AND attempts >= %s{{filters}}{LOCK}"
         )
 
-    @property
-    def probe_before_claim(self) -> bool:  # type: ignore[override]
-        """Without SKIP LOCKED a claim would wait on other claimers' locks: look first."""
-        return not self.connection.features.has_select_for_update_skip_locked
-
     def claim_queries(
         self, *, now: datetime, limit: int, filters: ClaimFilters
     ) -> list[tuple[str, list[Any]]]:

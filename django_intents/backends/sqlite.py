@@ -17,9 +17,6 @@ from .base import CLAIM_ORDER, COMPLETED, DUE, RUNNING, Backend
 
 class SQLiteBackend(Backend):
     vendor = "sqlite"
-    # Every claim takes the database's one write lock; an idle pool polling ten
-    # times a second would take it from the application every time.
-    probe_before_claim = True
     # Without ANALYZE statistics SQLite may prefer the (kind, state) index and
     # sort; INDEXED BY pins the claim to the partial claim index.
     claim_hint = " INDEXED BY intents_claimable_idx"
