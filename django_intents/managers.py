@@ -79,7 +79,8 @@ class IntentManager(models.Manager.from_queryset(IntentQuerySet)):  # type: igno
     ) -> str:
         """Record an intent in the caller's transaction; a known id is left as it is."""
         row = new_row(kind, event_id, target, payload, next_at, id, now_or(now))
-        self._announce(states.State.PENDING, self._backend().insert([row]))
+        backend = self._backend()
+        self._announce(states.State.PENDING, backend.insert([row]), backend)
         return str(row["id"])
 
     def enqueue_many(
@@ -95,7 +96,7 @@ class IntentManager(models.Manager.from_queryset(IntentQuerySet)):  # type: igno
         with _atomic_if(len(unique) > INSERT_BATCH, backend.alias):
             for start in range(0, len(unique), INSERT_BATCH):
                 kinds = backend.insert(unique[start : start + INSERT_BATCH])
-                self._announce(states.State.PENDING, kinds)
+                self._announce(states.State.PENDING, kinds, backend)
         return [str(row["id"]) for row in rows]
 
     # -- claim ---------------------------------------------------------------
@@ -147,16 +148,16 @@ class IntentManager(models.Manager.from_queryset(IntentQuerySet)):  # type: igno
             cancelled = backend.cancel_exhausted(
                 now=now, max_attempts=filters.max_attempts, kinds=filters.kinds, error=error
             )
-            self._announce(states.State.CANCELLED, cancelled)
+            self._announce(states.State.CANCELLED, cancelled, backend)
         claimed = backend.claim(now=now, until=until, limit=min(limit, MAX_LIMIT), filters=filters)
-        self._announce(states.State.RUNNING, [intent.kind for intent, _ in claimed])
+        self._announce(states.State.RUNNING, [intent.kind for intent, _ in claimed], backend)
         rescued = [
             (intent.kind, (now - lease_end).total_seconds())
             for intent, lease_end in claimed
             if lease_end is not None
         ]
         if rescued and intents_rescued.has_listeners(self.model):
-            self._after_commit(lambda: intents_rescued.send(sender=self.model, rescued=rescued))
+            _after_commit(backend, lambda: intents_rescued.send(sender=self.model, rescued=rescued))
         return [intent for intent, _ in claimed]
 
     def has_due(
@@ -196,8 +197,9 @@ class IntentManager(models.Manager.from_queryset(IntentQuerySet)):  # type: igno
     def complete(self, id: str, claim_token: str, *, now: datetime | None = None) -> bool:
         now = now_or(now)
         id, claim_token = check_id(id), validation.token(claim_token)
+        backend = self._backend()
         return self._moved(
-            states.State.COMPLETED, self._backend().complete(id, claim_token, now=now)
+            states.State.COMPLETED, backend.complete(id, claim_token, now=now), backend
         )
 
     def complete_many(
@@ -219,7 +221,7 @@ class IntentManager(models.Manager.from_queryset(IntentQuerySet)):  # type: igno
         with _atomic_if(len(checked) > INSERT_BATCH, backend.alias):
             for start in range(0, len(checked), INSERT_BATCH):
                 done += backend.complete_many(checked[start : start + INSERT_BATCH], now=now)
-        self._announce(states.State.COMPLETED, [kind for _, kind in done])
+        self._announce(states.State.COMPLETED, [kind for _, kind in done], backend)
         completed = {id for id, _ in done}
         return list(dict.fromkeys(id for id, _ in checked if id in completed))
 
@@ -238,10 +240,10 @@ class IntentManager(models.Manager.from_queryset(IntentQuerySet)):  # type: igno
         # of the update below also guarantees this count is still the current one.
         if gives_up(attempts, get_settings().max_attempts):
             kinds = backend.cancel_claim(id, claim_token, now=now, error=error)
-            return self._moved(states.State.CANCELLED, kinds)
+            return self._moved(states.State.CANCELLED, kinds, backend)
         next_at = later(now, backoff(id, attempts), "backoff")
         kinds = backend.retry(id, claim_token, now=now, next_at=next_at, error=error)
-        return self._moved(states.State.PENDING, kinds)
+        return self._moved(states.State.PENDING, kinds, backend)
 
     def cancel_claim(
         self, id: str, claim_token: str, cause: object = None, *, now: datetime | None = None
@@ -249,8 +251,9 @@ class IntentManager(models.Manager.from_queryset(IntentQuerySet)):  # type: igno
         """End the intent for good: the handler said it can never succeed."""
         now, error = now_or(now), validation.error_text(cause)
         id, claim_token = check_id(id), validation.token(claim_token)
-        kinds = self._backend().cancel_claim(id, claim_token, now=now, error=error)
-        return self._moved(states.State.CANCELLED, kinds)
+        backend = self._backend()
+        kinds = backend.cancel_claim(id, claim_token, now=now, error=error)
+        return self._moved(states.State.CANCELLED, kinds, backend)
 
     def release(self, id: str, claim_token: str, *, now: datetime | None = None) -> bool:
         """Hand an unfinished claim back: ``pending`` and due now, ``attempts`` kept.
@@ -260,24 +263,28 @@ class IntentManager(models.Manager.from_queryset(IntentQuerySet)):  # type: igno
         """
         now = now_or(now)
         id, claim_token = check_id(id), validation.token(claim_token)
-        return self._moved(states.State.PENDING, self._backend().release(id, claim_token, now=now))
+        backend = self._backend()
+        return self._moved(states.State.PENDING, backend.release(id, claim_token, now=now), backend)
 
     def complete_pending(self, id: str, *, now: datetime | None = None) -> bool:
         """Mark a pending intent done because the caller did the work inline."""
         now, id = now_or(now), check_id(id)
-        return self._moved(states.State.COMPLETED, self._backend().complete_pending(id, now=now))
+        backend = self._backend()
+        return self._moved(states.State.COMPLETED, backend.complete_pending(id, now=now), backend)
 
     # -- administrative --------------------------------------------------------
 
     def retry_now(self, id: str, *, now: datetime | None = None) -> bool:
         """Make an unfinished intent due now; a current claimant loses its claim."""
         now, id = now_or(now), check_id(id)
-        return self._moved(states.State.PENDING, self._backend().retry_now(id, now=now))
+        backend = self._backend()
+        return self._moved(states.State.PENDING, backend.retry_now(id, now=now), backend)
 
     def cancel(self, id: str, *, now: datetime | None = None) -> bool:
         """Cancel an unfinished intent; a current claimant loses its claim."""
         now, id = now_or(now), check_id(id)
-        return self._moved(states.State.CANCELLED, self._backend().cancel(id, now=now))
+        backend = self._backend()
+        return self._moved(states.State.CANCELLED, backend.cancel(id, now=now), backend)
 
     # -- plumbing --------------------------------------------------------------
 
@@ -285,23 +292,24 @@ class IntentManager(models.Manager.from_queryset(IntentQuerySet)):  # type: igno
         alias = self._db or router.db_for_write(self.model)
         return backend_for(connections[alias], self.model)
 
-    def _moved(self, to: str, kinds: list[str]) -> bool:
-        self._announce(to, kinds)
+    def _moved(self, to: str, kinds: list[str], backend: Backend) -> bool:
+        self._announce(to, kinds, backend)
         return bool(kinds)
 
-    def _announce(self, to: str, kinds: list[str]) -> None:
+    def _announce(self, to: str, kinds: list[str], backend: Backend) -> None:
         """Tell receivers (metrics) about transitions once they are committed."""
         if kinds and intents_transitioned.has_listeners(self.model):
             model = self.model
-            self._after_commit(lambda: intents_transitioned.send(sender=model, to=to, kinds=kinds))
+            send = lambda: intents_transitioned.send(sender=model, to=to, kinds=kinds)  # noqa: E731
+            _after_commit(backend, send)
 
-    def _after_commit(self, send: Callable[[], object]) -> None:
-        """Send now outside a transaction; inside one, once it commits, never if it rolls back."""
-        alias = self._db or router.db_for_write(self.model)
-        if connections[alias].in_atomic_block:
-            transaction.on_commit(send, using=alias)
-        else:
-            send()
+
+def _after_commit(backend: Backend, send: Callable[[], object]) -> None:
+    """Send now outside a transaction; inside one, once it commits, never if it rolls back."""
+    if backend.connection.in_atomic_block:
+        transaction.on_commit(send, using=backend.alias)
+    else:
+        send()
 
 
 def _filters(kinds: Any, since: Any, max_attempts: int | None) -> ClaimFilters:

@@ -135,7 +135,7 @@ class PostgreSQLBackend(Backend):
             statement, params = self.sql_insert_json, [*[self.dt(now)] * 3, _json_rows(rows, now)]
         else:
             statement = self.sql_insert.replace("{rows}", self.values_groups(len(rows)))
-            params = [value for row in rows for value in self.values(row)]
+            params = self.values(rows)
         with self.cursor() as cursor:
             cursor.execute(statement, params)
             return [kind for kind, count, _ in cursor.fetchall() for _ in range(count)]
