@@ -122,7 +122,8 @@ class PostgreSQLBackend(Backend):
         connection.ensure_connection()
         connection.validate_thread_sharing()
         with connection.wrap_database_errors:
-            raw = ServerBindingCursor(connection.connection)
+            # django-stubs type Django's cursor classes, not psycopg's subclass of them.
+            raw: Any = ServerBindingCursor(connection.connection)  # type: ignore[call-arg]
         if connection.queries_logged:
             return connection.make_debug_cursor(raw)
         return connection.make_cursor(raw)
