@@ -91,6 +91,7 @@ def run(cmd: list[str], cwd: Path, env: dict[str, str], timeout: float = 120) ->
 def build_wheel(build_python: str, out: Path) -> Path:
     """Build the wheel the way a release does; the newest one in ``out`` is returned."""
     out.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(ROOT / "build", ignore_errors=True)  # setuptools would reuse stale modules
     run([build_python, "-m", "build", "--wheel", "-o", str(out), str(ROOT)], ROOT, dict(os.environ))
     return max(out.glob("django_intents-*.whl"), key=lambda path: path.stat().st_mtime)
 

@@ -261,15 +261,15 @@ def main() -> int:
     return 1 if failed else 0
 
 
-def offline_reason() -> str | None:
-    """None if the package index answers, else why not (a laptop on a train)."""
+def offline_reason(purpose: str) -> str | None:
+    """None if the package index answers, else why ``purpose`` cannot be done (a laptop on a train)."""
     host = "pypi.org"
     if os.environ.get("PIP_INDEX_URL", "").startswith(("http://", "https://")):
         host = os.environ["PIP_INDEX_URL"].split("/")[2].rsplit("@", 1)[-1].split(":")[0]
     try:
         socket.create_connection((host, 443), timeout=5).close()
     except OSError as exc:
-        return f"no network to install its tools ({host}: {exc})"
+        return f"no network {purpose} ({host}: {exc})"
     return None
 
 
@@ -279,7 +279,7 @@ def tool_venv(name: str) -> tuple[Path | None, str | None]:
     stamp = venv / ".intents-installed"
     if stamp.exists() and stamp.read_text() == wanted:
         return venv, None
-    why = offline_reason()
+    why = offline_reason(f"to set up {name}")
     if why:
         return None, why
     say(f"setting up {name}: {wanted}")
@@ -301,6 +301,9 @@ def tool_venv(name: str) -> tuple[Path | None, str | None]:
 def build_dist(venv: Path, out: Path) -> tuple[list[str], Path | None]:
     """Build the sdist and wheel into ``out``; return the problems and the wheel."""
     shutil.rmtree(out, ignore_errors=True)
+    # setuptools copies modules into build/lib and never removes one: a module
+    # deleted from the source would still ship from a stale copy.
+    shutil.rmtree(ROOT / "build", ignore_errors=True)
     # --no-isolation: the backend comes from .venv-build, so a build needs no network.
     if run([str(venv / "bin" / "python"), "-m", "build", "--no-isolation", "-o", str(out), "."]):
         return ["python -m build"], None
@@ -349,7 +352,7 @@ def stage_packaging() -> tuple[str, Path | None]:
 
 def stage_quickstart(wheel: Path | None) -> str:
     """Follow the README's quickstart from the wheel in a fresh venv (tests/quickstart.py)."""
-    why = offline_reason()  # the fresh venv installs Django from the index, like a user's
+    why = offline_reason("to install Django into a fresh venv, as a user would")
     if why:
         return f"skipped: {why}"
     if wheel is None:
