@@ -39,7 +39,8 @@ DJANGO = {
 MYSQL_HEADERS_HINT = (
     "it compiles against the MariaDB/MySQL client headers; install them "
     "(Debian/Ubuntu: apt-get install libmariadb-dev pkg-config; "
-    "macOS: brew install mysql-client pkg-config), then run this again"
+    "macOS: brew install mysql-client pkg-config, and PKG_CONFIG_PATH set to "
+    "$(brew --prefix)/opt/mysql-client/lib/pkgconfig), then run this again"
 )
 # Tools of the once-per-run stages, each in its own venv so .venv stays what
 # the suite needs; ranges wide enough for fixes, narrow enough that a major
