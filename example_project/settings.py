@@ -11,11 +11,13 @@ so writers must queue for the lock instead of failing with "database is locked".
 from __future__ import annotations
 
 import os
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 import django
+from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent
 ROOT_DIR = BASE_DIR.parent
@@ -101,9 +103,17 @@ INSTALLED_APPS = [
     "django_intents",
     "example_project.shop",
 ]
-if django.VERSION < (6, 0):
+if find_spec("django.tasks") is None:
     # Django 5.2: django.tasks comes from the django-tasks backport, an app
     # (run.py installs it with the "tasks" extra). Django 6 has it built in.
+    # The shop's order view enqueues a @task, so it cannot run without one.
+    if find_spec("django_tasks") is None:
+        raise ImproperlyConfigured(
+            f"The example shop enqueues a @task, and Django {django.get_version()} has no "
+            "django.tasks: install the django-tasks backport with "
+            "`pip install -e '.[tasks]'` (from the checkout), or use Django 6. "
+            "`python3 example_project/run.py` does this for you."
+        )
     INSTALLED_APPS.insert(INSTALLED_APPS.index("django_intents"), "django_tasks")
 MIDDLEWARE = [
     "django_prometheus.middleware.PrometheusBeforeMiddleware",

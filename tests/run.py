@@ -6,8 +6,14 @@ version (``.venv`` for Django 5.2, ``.venv-django6`` for Django 6.x, which needs
 Python 3.12+), installs the project with its development group, and runs the
 suite once per database. SQLite always runs; PostgreSQL and MariaDB/MySQL run
 when a server answers (settings in tests/settings.py, overridable with PGHOST,
-MYSQL_HOST, ...). Anything skipped is said at the end. ``--require-all`` (CI)
-turns every skip into a failure.
+MYSQL_HOST, ...). Then, once per run, the stages a user meets before the code:
+``packaging`` (build the sdist and wheel, ``twine check``, list the wheel),
+``quickstart`` (the README's quickstart from that wheel in a fresh venv,
+tests/quickstart.py) and ``docs`` (the site, ``mkdocs build --strict``), with
+their tools in ``.venv-build`` and ``.venv-docs``, never in ``.venv``.
+``--only packaging,docs`` picks stages (``tests`` is the suite). Anything
+skipped is said at the end, with the reason. ``--require-all`` (CI) turns every
+skip into a failure.
 """
 
 from __future__ import annotations
@@ -19,8 +25,10 @@ import shutil
 import socket
 import subprocess
 import sys
+import tarfile
 import time
 import xml.etree.ElementTree as ET  # noqa: S405 - parses pytest's own report
+import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -28,6 +36,36 @@ DJANGO = {
     "5.2": ("Django>=5.2,<5.3", ".venv", (3, 11)),
     "6": ("Django>=6.0,<7", ".venv-django6", (3, 12)),
 }
+MYSQL_HEADERS_HINT = (
+    "it compiles against the MariaDB/MySQL client headers; install them "
+    "(Debian/Ubuntu: apt-get install libmariadb-dev pkg-config; "
+    "macOS: brew install mysql-client pkg-config, and PKG_CONFIG_PATH set to "
+    "$(brew --prefix)/opt/mysql-client/lib/pkgconfig), then run this again"
+)
+# Tools of the once-per-run stages, each in its own venv so .venv stays what
+# the suite needs; ranges wide enough for fixes, narrow enough that a major
+# release cannot break CI overnight.
+TOOL_VENVS = {
+    ".venv-build": ["build>=1.2,<2", "twine>=6.1,<8", "setuptools>=77,<81"],
+    ".venv-docs": [
+        "mkdocs>=1.6,<2",
+        "mkdocs-material>=9.5,<10",
+        "mkdocstrings>=1.0,<2",
+        "mkdocstrings-python>=2.0,<3",
+        "ruff>=0.17,<0.18",  # mkdocstrings formats long signatures with it
+    ],
+}
+# What the wheel must carry besides modules: without them the admin has no
+# templates or CSS, type checkers ignore the package, and migrate has nothing.
+WHEEL_MUST_HOLD = [
+    "django_intents/py.typed",
+    "django_intents/static/django_intents/admin.css",
+    "django_intents/templates/admin/django_intents/intent/change_form.html",
+    "django_intents/templates/admin/django_intents/intent/change_list.html",
+    "django_intents/templates/admin/django_intents/intent/summary.html",
+    "django_intents/migrations/0001_initial.py",
+]
+STAGES = ("tests", "packaging", "quickstart", "docs")
 DATABASES = {
     "sqlite": None,
     "postgresql": ("PGHOST", "127.0.0.1", "PGPORT", 5432),
@@ -103,7 +141,7 @@ def reachable(vendor: str, venv: Path) -> str | None:
             [str(venv / "bin" / "python"), "-c", "import MySQLdb"], capture_output=True, check=False
         ).returncode
     ):
-        return "mysqlclient is not installed (needs the MariaDB/MySQL client headers)"
+        return f"mysqlclient is not installed: {MYSQL_HEADERS_HINT}"
     for _ in range(30 if os.environ.get("CI") else 1):
         try:
             socket.create_connection((host, port), timeout=2).close()
@@ -133,6 +171,15 @@ def static_checks(venv: Path) -> list[str]:
     return failures
 
 
+def stage_list(value: str) -> set[str]:
+    """``--only``: a comma-separated subset of ``STAGES``."""
+    chosen = {name.strip() for name in value.split(",") if name.strip()}
+    unknown = chosen - set(STAGES)
+    if unknown or not chosen:
+        raise argparse.ArgumentTypeError(f"choose from {','.join(STAGES)}, not {value!r}")
+    return chosen
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
@@ -140,10 +187,18 @@ def main() -> int:
     parser.add_argument("--django", choices=["5.2", "6", "all"], default="5.2")
     parser.add_argument("--db", default="all", help="comma-separated: sqlite,postgresql,mysql")
     parser.add_argument("--require-all", action="store_true", help="fail instead of skipping (CI)")
+    parser.add_argument(
+        "--only",
+        type=stage_list,
+        default=set(STAGES),
+        help=f"comma-separated stages to run, of {','.join(STAGES)} (default: all)",
+    )
     parser.add_argument("pytest_args", nargs="*", help="passed to pytest (after --)")
     args = parser.parse_args()
     vendors = list(DATABASES) if args.db == "all" else args.db.split(",")
     versions = ["5.2", "6"] if args.django == "all" else [args.django]
+    if "tests" not in args.only:
+        versions = []
     with_mysql = "mysql" in vendors and (mysql_headers_present() or args.require_all)
 
     results: list[tuple[str, str]] = []
@@ -185,21 +240,162 @@ def main() -> int:
             )
             failed |= code != 0
 
+    for label, outcome in once_stages(args.only):
+        results.append((label, outcome))
+        failed |= outcome.startswith("FAILED")
+        skipped |= outcome.startswith("skipped")
+
     print("\n" + "=" * 60)
     for label, outcome in results:
         print(f"  {label:<28} {outcome}")
     if skipped:
-        message = "some databases or Django versions were skipped (see above)"
+        message = "some stages, databases or Django versions were skipped"
         if args.require_all:
             print(f"  ERROR: {message}; --require-all makes that a failure")
             failed = True
         else:
-            print(f"  note: {message}; start the servers to test them too")
+            print(f"  note: {message}; the reasons are beside each line")
     print("=" * 60)
     print(
         f"total: {totals['passed']} passed, {totals['failed']} failed, {totals['skipped']} skipped"
     )
     return 1 if failed else 0
+
+
+def offline_reason(purpose: str) -> str | None:
+    """None if the package index answers, else why ``purpose`` cannot be done (a laptop on a train)."""
+    host = "pypi.org"
+    if os.environ.get("PIP_INDEX_URL", "").startswith(("http://", "https://")):
+        host = os.environ["PIP_INDEX_URL"].split("/")[2].rsplit("@", 1)[-1].split(":")[0]
+    try:
+        socket.create_connection((host, 443), timeout=5).close()
+    except OSError as exc:
+        return f"no network {purpose} ({host}: {exc})"
+    return None
+
+
+def tool_venv(name: str) -> tuple[Path | None, str | None]:
+    """The venv ``name`` of ``TOOL_VENVS``, made or updated; ``(None, why)`` if it cannot be."""
+    venv, wanted = ROOT / name, " ".join(TOOL_VENVS[name])
+    stamp = venv / ".intents-installed"
+    if stamp.exists() and stamp.read_text() == wanted:
+        return venv, None
+    why = offline_reason(f"to set up {name}")
+    if why:
+        return None, why
+    say(f"setting up {name}: {wanted}")
+    if not (venv / "bin" / "python").exists():
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    pip = [
+        str(venv / "bin" / "python"),
+        "-m",
+        "pip",
+        "install",
+        "-q",
+        "--disable-pip-version-check",
+    ]
+    subprocess.run([*pip, "--upgrade", *TOOL_VENVS[name]], check=True)
+    stamp.write_text(wanted)
+    return venv, None
+
+
+def build_dist(venv: Path, out: Path) -> tuple[list[str], Path | None]:
+    """Build the sdist and wheel into ``out``; return the problems and the wheel."""
+    shutil.rmtree(out, ignore_errors=True)
+    # setuptools copies modules into build/lib and never removes one: a module
+    # deleted from the source would still ship from a stale copy.
+    shutil.rmtree(ROOT / "build", ignore_errors=True)
+    # --no-isolation: the backend comes from .venv-build, so a build needs no network.
+    if run([str(venv / "bin" / "python"), "-m", "build", "--no-isolation", "-o", str(out), "."]):
+        return ["python -m build"], None
+    wheels, sdists = sorted(out.glob("*.whl")), sorted(out.glob("*.tar.gz"))
+    if len(wheels) != 1 or len(sdists) != 1:
+        return [f"expected one wheel and one sdist in {out}"], None
+    return [], wheels[0]
+
+
+def dist_problems(wheel: Path, sdist: Path) -> list[str]:
+    """What the built files lack or carry by mistake, read from the archives themselves."""
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        metadata = next(
+            archive.read(name).decode() for name in names if name.endswith(".dist-info/METADATA")
+        )
+    problems = [f"wheel lacks {name}" for name in WHEEL_MUST_HOLD if name not in names]
+    problems += [
+        f"wheel carries {name}" for name in names if name.startswith(("tests/", "example_project/"))
+    ]
+    if "Description-Content-Type: text/markdown" not in metadata:
+        problems.append("METADATA does not say the README is Markdown")
+    with tarfile.open(sdist) as archive:
+        members = {name.split("/", 1)[-1] for name in archive.getnames()}
+    wanted = {"LICENSE", "CHANGELOG.md", "README.md", "tests/settings.py", "docs/reference.md"}
+    problems += [f"sdist lacks {name}" for name in sorted(wanted - members)]
+    return problems
+
+
+def stage_packaging() -> tuple[str, Path | None]:
+    """Build the sdist and wheel, ``twine check`` them, and list what the wheel holds."""
+    venv, why = tool_venv(".venv-build")
+    if venv is None:
+        return f"skipped: {why}", None
+    out = ROOT / ".tmp" / "dist"
+    problems, wheel = build_dist(venv, out)
+    if wheel is not None:
+        if run(
+            [str(venv / "bin" / "twine"), "check", "--strict", *map(str, sorted(out.iterdir()))]
+        ):
+            problems.append("twine check")
+        problems += dist_problems(wheel, next(out.glob("*.tar.gz")))
+        say(f"{wheel.name} holds: " + ", ".join(zipfile.ZipFile(wheel).namelist()))
+    return ("FAILED: " + "; ".join(problems) if problems else "ok"), wheel
+
+
+def stage_quickstart(wheel: Path | None) -> str:
+    """Follow the README's quickstart from the wheel in a fresh venv (tests/quickstart.py)."""
+    why = offline_reason("to install Django into a fresh venv, as a user would")
+    if why:
+        return f"skipped: {why}"
+    if wheel is None:
+        venv, why = tool_venv(".venv-build")
+        if venv is None:
+            return f"skipped: {why}"
+        problems, wheel = build_dist(venv, ROOT / ".tmp" / "dist")
+        if wheel is None:
+            return "FAILED: " + "; ".join(problems)
+    script = [sys.executable, "tests/quickstart.py", "--wheel", str(wheel)]
+    return "FAILED: tests/quickstart.py (output above)" if run(script) else "ok"
+
+
+def stage_docs() -> str:
+    """Build the documentation site into .tmp/site; any warning fails (--strict)."""
+    venv, why = tool_venv(".venv-docs")
+    if venv is None:
+        return f"skipped: {why}"
+    mkdocs = [str(venv / "bin" / "mkdocs"), "build", "--strict", "--site-dir", ".tmp/site"]
+    # Material's notice about its successor (docs/index.md, Contributing) is not a build result.
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+    return "FAILED: mkdocs build --strict (output above)" if run(mkdocs, env) else "ok"
+
+
+def once_stages(stages: set[str]) -> list[tuple[str, str]]:
+    """Run the stages that do not depend on a database or Django version, timed."""
+    results: list[tuple[str, str]] = []
+    wheel = None
+    for name in ("packaging", "quickstart", "docs"):
+        if name not in stages:
+            continue
+        started = time.monotonic()
+        if name == "packaging":
+            outcome, wheel = stage_packaging()
+        elif name == "quickstart":
+            outcome = stage_quickstart(wheel)
+        else:
+            outcome = stage_docs()
+        if not outcome.startswith("skipped"):
+            outcome += f" ({time.monotonic() - started:.0f} s)"
+        results.append((name, outcome))
+    return results
 
 
 def junit_counts(report: Path) -> dict[str, int]:
