@@ -47,6 +47,7 @@ import copy
 import functools
 import inspect
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -130,25 +131,36 @@ def sdist(python: str, version: str) -> Path:
     return found[0]
 
 
-def extract(archive: Path, version: str) -> Path:
-    """Extract ``tests/tasks/`` once; return the directory that holds the ``tasks`` package."""
+def django_tests(python: str, version: str) -> Path:
+    """The directory holding Django's ``tasks`` test package, extracted once under ``.tmp/``."""
     target = ROOT / ".tmp" / "django-task-suite" / version
-    if (target / "tasks" / "__init__.py").exists():
+    if target.exists():
         return target
+    archive = sdist(python, version)
+    partial = target.with_name(f"{version}.partial")
+    shutil.rmtree(partial, ignore_errors=True)
     with tarfile.open(archive) as tar:
         members = [m for m in tar.getmembers() if "/tests/tasks/" in m.name and m.isfile()]
         if not members:
             raise Skip(f"{archive.name} has no tests/tasks/")
         for member in members:
-            member.name = "tasks/" + member.name.split("/tests/tasks/", 1)[1]
-            tar.extract(member, target, filter="data")
+            relative = Path(member.name.split("/tests/tasks/", 1)[1])
+            if relative.is_absolute() or ".." in relative.parts:
+                raise Skip(f"{archive.name} has a suspicious member {member.name!r}")
+            path = partial / "tasks" / relative
+            path.parent.mkdir(parents=True, exist_ok=True)
+            source = tar.extractfile(member)
+            assert source is not None  # a regular file
+            path.write_bytes(source.read())
+    # Renamed when complete: an interrupted extraction is redone, not half used.
+    partial.rename(target)
     return target
 
 
 def prepare_and_run(python: str, vendor: str, verbosity: int) -> int:
     try:
         version = django_version(python)
-        suite = extract(sdist(python, version), version)
+        suite = django_tests(python, version)
     except Skip as why:
         print(f"django tests/tasks: skipped: {why}")
         return SKIPPED
