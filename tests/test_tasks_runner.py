@@ -282,6 +282,19 @@ def test_the_smaller_max_attempts_fails_the_task_on_its_last_attempt(options, in
     )
 
 
+def test_retries_belong_to_the_backend_alias_a_task_was_enqueued_with():
+    setting = {
+        "default": {"BACKEND": BACKEND},
+        "retrying": {"BACKEND": BACKEND, "OPTIONS": {"MAX_ATTEMPTS": 3}},
+    }
+    with override_settings(TASKS=setting):
+        once = tasks.fail.enqueue("once")
+        again = tasks.fail.using(backend="retrying").enqueue("again")
+        drain()
+
+    assert (row(once.id).state, row(again.id).state) == ("cancelled", "pending")
+
+
 def test_stop_fails_the_task_at_once_and_keeps_its_message():
     enqueued = tasks.stop.enqueue("no such customer")
 
