@@ -28,16 +28,22 @@ Which modules run: ``test_tasks``, ``test_immediate_backend`` and
 ``test_dummy_backend``. Not ``test_custom_backend``: it configures its own
 backend classes and never touches ours. The tests in ``EXCLUDED`` are skipped
 with their reason: each tests a property of the Immediate or Dummy backend
-itself that IntentsBackend does not have on purpose (it stores results, so
-``get_result`` works; it supports ``run_after``; it never runs a task inside
-the enqueuing transaction; it has no priority), never the task API.
+itself that IntentsBackend does not share on purpose (it stores results, so
+``get_result`` works; it supports ``run_after``; it has no priority; it runs
+tasks in a worker, never in the caller nor inside the enqueuing transaction;
+its results live in the database, not in a list a test can edit), never how
+a task's outcome reads through the API.
 
-The tests are SimpleTestCases, which refuse database queries; here they may
-use the default database (the test database the runner creates), because
-this backend's store is the database. Exit status: 0 when every test passed,
-1 on any failure, 77 when the suite could not be run here (no network for
-the first download, or no Django 6 in ``--python``), with the reason on the
-last line.
+What the harness changes, because this backend's store is a database: the
+SimpleTestCases, which refuse queries, may use the default (test) database;
+a TransactionTestCase that limits ``available_apps`` keeps ``django_intents``;
+async tests that call the sync API directly run with
+``DJANGO_ALLOW_ASYNC_UNSAFE`` (an in-memory backend never notices) and close
+the connections their event loop's thread opened.
+
+Exit status: 0 when every test passed, 1 on any failure, 77 when the suite
+could not be run here (no network for the first download, or no Django 6 in
+``--python``), with the reason on the last line.
 """
 
 from __future__ import annotations
