@@ -127,7 +127,7 @@ def test_a_failing_tasks_page_shows_its_last_error_and_traceback_escaped(admin_c
 
     rows = task_section(admin_client, result.id)
 
-    assert rows["Status"] == "Ready"  # to be retried after its backoff
+    assert rows["Status"] == "Failed"
     assert rows["Errors recorded"] == "1"
     assert rows["Last error"].startswith(
         '<code>builtins.ValueError</code><pre class="intents-pre">'

@@ -424,10 +424,16 @@ def test_the_task_runner_is_the_handler_of_the_task_kind():
     assert discover()[TASK_KIND] is run_task
 
 
-def test_valid_options_pass_the_checks():
-    backend = IntentsBackend("strict", {"BACKEND": BACKEND, "OPTIONS": {"MAX_ATTEMPTS": 3}})
+def test_without_options_the_first_exception_fails_a_task():
+    assert IntentsBackend("plain", {"BACKEND": BACKEND}).max_attempts == 1
 
-    assert backend.max_attempts == 3
+
+@pytest.mark.parametrize("max_attempts", [1, 3, None])
+def test_valid_options_pass_the_checks(max_attempts):
+    options = {"MAX_ATTEMPTS": max_attempts}
+    backend = IntentsBackend("strict", {"BACKEND": BACKEND, "OPTIONS": options})
+
+    assert backend.max_attempts == max_attempts
     assert backend.check() == []
 
 
@@ -443,6 +449,7 @@ def test_valid_options_pass_the_checks():
 def test_bad_options_are_a_system_check_error_naming_them(options, message):
     backend = IntentsBackend("strict", {"BACKEND": BACKEND, "OPTIONS": options})
 
+    assert backend.max_attempts == 1  # if it runs anyway, it does not retry forever
     (error,) = backend.check()
     assert isinstance(error, Error)
     assert error.id == "django_intents.E010"
@@ -451,10 +458,10 @@ def test_bad_options_are_a_system_check_error_naming_them(options, message):
 
 
 def test_options_reach_the_backend_through_the_tasks_setting():
-    setting = {"default": {"BACKEND": BACKEND, "OPTIONS": {"MAX_ATTEMPTS": 1}}}
+    setting = {"default": {"BACKEND": BACKEND, "OPTIONS": {"MAX_ATTEMPTS": 5}}}
     with override_settings(TASKS=setting):
-        assert task_backends["default"].max_attempts == 1
-    assert task_backends["default"].max_attempts is None
+        assert task_backends["default"].max_attempts == 5
+    assert task_backends["default"].max_attempts == 1
 
 
 def test_the_task_class_is_a_django_task_with_one_more_field():

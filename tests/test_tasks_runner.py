@@ -178,13 +178,21 @@ def test_a_deferred_task_is_not_run_before_its_time():
 # -- failures -------------------------------------------------------------------------
 
 
-def test_an_exception_is_recorded_with_its_traceback_and_the_task_retried():
+def retrying(max_attempts: int | None) -> Any:
+    """``TASKS`` with the default backend's ``OPTIONS["MAX_ATTEMPTS"]`` set: retries opted into."""
+    options = {"MAX_ATTEMPTS": max_attempts}
+    setting = {"default": {"BACKEND": BACKEND, "QUEUES": ["default"], "OPTIONS": options}}
+    return override_settings(TASKS=setting)
+
+
+def test_an_exception_fails_the_task_by_default_with_its_traceback():
     enqueued = tasks.fail.enqueue("boom")
 
     drain()
 
     result = tasks.fail.get_result(enqueued.id)
-    assert result.status == TaskResultStatus.READY  # ready to be executed again
+    assert result.status == TaskResultStatus.FAILED
+    assert result.is_finished
     (error,) = result.errors
     assert error.exception_class is ValueError
     assert error.exception_class_path == "builtins.ValueError"
@@ -192,6 +200,38 @@ def test_an_exception_is_recorded_with_its_traceback_and_the_task_retried():
     assert "raise ValueError(message)" in error.traceback
     assert error.traceback.rstrip().endswith("ValueError: boom")
     assert result.worker_ids == [worker_id()]
+    assert result.finished_at == row(enqueued.id).updated_at
+    with pytest.raises(ValueError, match="Task failed"):
+        result.return_value  # noqa: B018
+    intent = row(enqueued.id)
+    assert (intent.state, intent.last_error, intent.attempts) == (
+        "cancelled",
+        "ValueError: boom",
+        1,
+    )
+
+
+def test_a_failed_task_is_final():
+    enqueued = tasks.flaky.enqueue(succeed_on=2)
+    drain()
+
+    assert not Intent.objects.retry_now(enqueued.id)  # finished intents are not retried
+    drain()
+
+    result = tasks.flaky.get_result(enqueued.id)
+    assert result.status == TaskResultStatus.FAILED
+    assert result.attempts == row(enqueued.id).attempts == 1
+
+
+@retrying(3)
+def test_with_max_attempts_in_options_an_exception_is_retried_with_backoff():
+    enqueued = tasks.fail.enqueue("boom")
+
+    drain()
+
+    result = tasks.fail.get_result(enqueued.id)
+    assert result.status == TaskResultStatus.READY  # ready to be executed again
+    assert [error.exception_class for error in result.errors] == [ValueError]
     assert result.finished_at is None
     with pytest.raises(ValueError, match="not finished"):
         result.return_value  # noqa: B018
@@ -200,6 +240,7 @@ def test_an_exception_is_recorded_with_its_traceback_and_the_task_retried():
     assert intent.next_at > timezone.now()  # backoff
 
 
+@retrying(3)
 def test_a_retried_task_keeps_its_errors_and_can_still_succeed():
     enqueued = tasks.flaky.enqueue(succeed_on=2)
     drain()
@@ -215,37 +256,43 @@ def test_a_retried_task_keeps_its_errors_and_can_still_succeed():
     assert result.started_at < result.last_attempted_at
 
 
-def test_the_backends_max_attempts_fails_a_task_on_its_last_attempt():
-    options = {"MAX_ATTEMPTS": 1}
-    setting = {"default": {"BACKEND": BACKEND, "QUEUES": ["default"], "OPTIONS": options}}
-    with override_settings(TASKS=setting):
-        enqueued = tasks.fail.enqueue("boom")
+@pytest.mark.parametrize(
+    ("options", "intents"),
+    [(2, {}), (None, {"MAX_ATTEMPTS": 2}), (5, {"MAX_ATTEMPTS": 2}), (2, {"MAX_ATTEMPTS": 5})],
+    ids=["options", "intents-setting", "intents-smaller", "options-smaller"],
+)
+def test_the_smaller_max_attempts_fails_the_task_on_its_last_attempt(options, intents):
+    with retrying(options), override_settings(INTENTS=intents):
+        enqueued = tasks.fail.enqueue("again")
+        drain()
+        assert tasks.fail.get_result(enqueued.id).status == TaskResultStatus.READY
+        assert Intent.objects.retry_now(enqueued.id)
+
         drain()
 
         result = tasks.fail.get_result(enqueued.id)
     assert result.status == TaskResultStatus.FAILED
-    assert result.is_finished
     assert result.finished_at == row(enqueued.id).updated_at
-    assert [error.exception_class for error in result.errors] == [ValueError]
-    with pytest.raises(ValueError, match="Task failed"):
-        result.return_value  # noqa: B018
+    assert [error.exception_class for error in result.errors] == [ValueError, ValueError]
     intent = row(enqueued.id)
-    assert (intent.state, intent.last_error) == ("cancelled", "ValueError: boom")
+    assert (intent.state, intent.last_error, intent.attempts) == (
+        "cancelled",
+        "ValueError: again",
+        2,
+    )
 
 
-@override_settings(INTENTS={"MAX_ATTEMPTS": 2})
-def test_intents_max_attempts_bounds_tasks_like_any_intent():
-    enqueued = tasks.fail.enqueue("again")
-    drain()
-    assert tasks.fail.get_result(enqueued.id).status == TaskResultStatus.READY
-    assert Intent.objects.retry_now(enqueued.id)
+def test_retries_belong_to_the_backend_alias_a_task_was_enqueued_with():
+    setting = {
+        "default": {"BACKEND": BACKEND},
+        "retrying": {"BACKEND": BACKEND, "OPTIONS": {"MAX_ATTEMPTS": 3}},
+    }
+    with override_settings(TASKS=setting):
+        once = tasks.fail.enqueue("once")
+        again = tasks.fail.using(backend="retrying").enqueue("again")
+        drain()
 
-    drain()
-
-    result = tasks.fail.get_result(enqueued.id)
-    assert result.status == TaskResultStatus.FAILED
-    assert len(result.errors) == 2
-    assert row(enqueued.id).state == "cancelled"
+    assert (row(once.id).state, row(again.id).state) == ("cancelled", "pending")
 
 
 def test_stop_fails_the_task_at_once_and_keeps_its_message():
@@ -334,6 +381,22 @@ def test_started_and_finished_are_sent_for_a_successful_task(sent):
     assert finished.finished_at is not None
 
 
+def test_finished_is_sent_once_with_failed_for_a_task_that_raises(sent):
+    enqueued = tasks.fail.enqueue("boom")
+
+    drain()
+
+    assert [(name, result.status) for name, _, result in sent] == [
+        ("started", TaskResultStatus.RUNNING),
+        ("finished", TaskResultStatus.FAILED),
+    ]
+    finished = sent[1][2]
+    assert finished.id == enqueued.id
+    assert finished.finished_at is not None
+    assert [error.exception_class for error in finished.errors] == [ValueError]
+
+
+@retrying(None)
 def test_finished_tells_a_retry_from_a_failure(sent):
     tasks.fail.enqueue("retried")
     tasks.stop.enqueue("failed")

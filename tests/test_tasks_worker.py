@@ -92,25 +92,22 @@ def test_a_task_that_exits_fails_and_the_worker_keeps_going(drain):
     assert notes == ["after 0", "after 1", "after 2"]
 
 
-def test_an_exception_is_retried_with_backoff_then_fails_at_max_attempts(drain):
+def test_an_exception_fails_the_task_at_once_and_it_never_runs_again(drain):
     enqueued = tasks.fail.enqueue("boom")
 
     drain()
-
-    result = tasks.fail.get_result(enqueued.id)
-    assert result.status == TaskResultStatus.READY
-    assert "ValueError: boom" in result.errors[0].traceback
-    assert row(enqueued.id).next_at > timezone.now()
-    assert Intent.objects.retry_now(enqueued.id)
-
-    drain(intents={"MAX_ATTEMPTS": 2})
+    drain()  # a second pool finds nothing to do
 
     result = tasks.fail.get_result(enqueued.id)
     assert result.status == TaskResultStatus.FAILED
-    assert [error.exception_class for error in result.errors] == [ValueError, ValueError]
-    assert len(set(result.worker_ids)) == 2  # two worker processes
+    assert [error.exception_class for error in result.errors] == [ValueError]
+    assert "ValueError: boom" in result.errors[0].traceback
     intent = row(enqueued.id)
-    assert (intent.state, intent.last_error) == ("cancelled", "ValueError: boom")
+    assert (intent.state, intent.last_error, intent.attempts) == (
+        "cancelled",
+        "ValueError: boom",
+        1,
+    )
 
 
 def test_a_return_value_json_cannot_hold_fails_once_and_for_all(drain):

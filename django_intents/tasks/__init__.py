@@ -1,4 +1,4 @@
-"""A Django task backend on top of intents (SPEC §8).
+"""A Django task backend on top of intents.
 
 ``TASKS = {"default": {"BACKEND": "django_intents.tasks.IntentsBackend"}}`` makes
 ``@task`` functions (``django.tasks`` on Django 6, the ``django-tasks`` backport

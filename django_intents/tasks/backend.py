@@ -48,6 +48,8 @@ if TYPE_CHECKING:
     from ..models import Intent
 
 OPTIONS = ("MAX_ATTEMPTS",)
+# Django's task API: a task that raises has FAILED. Retries are opted into.
+DEFAULT_MAX_ATTEMPTS = 1
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -84,9 +86,12 @@ class IntentsTask(Task):  # type: ignore[type-arg]
 class IntentsBackend(BaseTaskBackend):
     """Store tasks as intents; ``run_intent_workers`` runs them with leases and fencing.
 
-    ``OPTIONS``: ``MAX_ATTEMPTS`` bounds how often a task that raises runs
-    before it is ``FAILED`` (1: the first exception fails it, as on most
-    backends). By default ``INTENTS["MAX_ATTEMPTS"]`` applies, as to any intent.
+    ``OPTIONS["MAX_ATTEMPTS"]`` is how many attempts a task that raises gets
+    before it is ``FAILED``. The default, 1, is Django's semantics: the first
+    exception fails the task. A larger number retries it with the intents
+    backoff; ``None`` leaves the bound to ``INTENTS["MAX_ATTEMPTS"]``
+    (unbounded unless set), as for any intent. ``INTENTS["MAX_ATTEMPTS"]``
+    bounds every intent, so when both are numbers the smaller one applies.
     """
 
     task_class = IntentsTask
@@ -276,14 +281,18 @@ def register_handler() -> None:
 
 
 def _parse_options(options: Any) -> tuple[int | None, list[str]]:
-    """``MAX_ATTEMPTS`` and the problems found; problems are reported by ``check()``."""
+    """``MAX_ATTEMPTS`` and the problems found; problems are reported by ``check()``.
+
+    A bad value falls back to the default, so a misconfigured backend that
+    runs anyway (checks silenced) fails tasks rather than retrying them forever.
+    """
     if not isinstance(options, Mapping):
-        return None, [f"must be a dict, not {type(options).__name__}"]
+        return DEFAULT_MAX_ATTEMPTS, [f"must be a dict, not {type(options).__name__}"]
     problems = [f"unknown option {key!r}" for key in options if key not in OPTIONS]
-    max_attempts = options.get("MAX_ATTEMPTS")
+    max_attempts = options.get("MAX_ATTEMPTS", DEFAULT_MAX_ATTEMPTS)
     if max_attempts is not None and (
         isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1
     ):
         problems.append(f"MAX_ATTEMPTS must be a positive integer or None, not {max_attempts!r}")
-        max_attempts = None
+        max_attempts = DEFAULT_MAX_ATTEMPTS
     return max_attempts, problems

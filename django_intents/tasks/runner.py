@@ -1,12 +1,14 @@
 """The handler of ``django.tasks`` intents: run one task in the worker pool.
 
 The pool claims a task intent like any other and calls ``run_task(intent,
-attempt)``. The outcome follows the handler contract, so leases, fencing,
-backoff and ``MAX_ATTEMPTS`` apply to tasks unchanged: returning completes the
-intent, raising retries it, ``Stop`` cancels it. What Django's API adds — start
-times, worker ids, errors with tracebacks, the return value — is written into
-the payload, fenced by the claim token like every transition, so a worker that
-lost its claim can write nothing.
+attempt)``. The outcome follows the handler contract, so leases and fencing
+apply to tasks unchanged: returning completes the intent; raising fails the
+task (``Stop``: the intent is cancelled with the error), as Django's task API
+says, unless the backend's ``OPTIONS["MAX_ATTEMPTS"]`` leaves attempts, when
+the exception itself is raised again for the intents backoff to retry. What
+Django's API adds — start times, worker ids, errors with tracebacks, the
+return value — is written into the payload, fenced by the claim token like
+every transition, so a worker that lost its claim can write nothing.
 
 Everything the task raises is caught here, ``SystemExit`` and
 ``KeyboardInterrupt`` included: they fail the task, never the worker.
@@ -157,7 +159,11 @@ def _send(signal: Signal, backend: _Backend, result: TaskResult[Any, Any]) -> No
 
 
 def _is_final(exc: BaseException, intent: Intent, backend: _Backend) -> bool:
-    """Does this failure end the task, or will it run again?"""
+    """Does this failure end the task, or will it run again?
+
+    Both bounds apply: the backend's ``MAX_ATTEMPTS`` (1 unless configured) and
+    ``INTENTS["MAX_ATTEMPTS"]``, which bounds every intent.
+    """
     if isinstance(exc, Stop) or not isinstance(exc, Exception):
         return True  # Stop, SystemExit, KeyboardInterrupt, ...
     limits = (backend.max_attempts, get_settings().max_attempts)

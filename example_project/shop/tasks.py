@@ -3,7 +3,9 @@
 ``TASKS`` (example_project/settings.py) names ``IntentsBackend``, so
 ``send_receipt.enqueue(order.pk)`` stores an intent of kind ``django.tasks`` in
 the caller's transaction (see ``views.place_order``), and ``run_intent_workers``
-runs it like any other intent: leases, retries, the admin.
+runs it like any other intent: leases, fencing, the admin. A receipt that
+raises has failed, as Django's task API says; ``OPTIONS["MAX_ATTEMPTS"]`` in
+``TASKS`` would retry it (docs/django-tasks.md, "Retries").
 """
 
 from __future__ import annotations
