@@ -177,7 +177,7 @@ class WorkerPool:
         return status
 
     def stop(self, *, grace: float | None = None) -> None:
-        """Stop claiming, cancel running attempts and exit after at most ``grace`` seconds.
+        """Stop claiming, ask running attempts to stop and exit after at most ``grace`` seconds.
 
         Safe to call from any thread or a signal handler: it only hands the
         deadline to the loop, which does the rest. A second call can only
@@ -210,7 +210,8 @@ class WorkerPool:
                     return 0
                 if time.monotonic() >= deadline:
                     log.info(
-                        "grace period over with %d handler(s) still running", len(self._leases)
+                        "grace period over with %d handler(s) still running; releasing them",
+                        len(self._leases),
                     )
                     return 0
             claimed = None

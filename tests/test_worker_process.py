@@ -167,6 +167,25 @@ def test_sigterm_during_a_handler_that_checks_cancelled_releases_it_due_now(star
     assert "stopping on SIGTERM" in worker.log
 
 
+def stopping_line(log: str) -> str:
+    return next(line for line in log.splitlines() if "stopping" in line)
+
+
+def test_the_stop_line_says_attempts_were_asked_to_stop_not_intents_cancelled(start_worker):
+    id = enqueue("test.sleepy", payload={"on_cancel": "ignore"})
+    worker = start_worker(*SHORT, "--grace", "0.5")
+    wait_for(lambda: has_note(id, "start 1"), "the handler to start")
+
+    worker.signal(signal.SIGTERM)
+
+    worker.assert_clean_exit(timeout=15)
+    line = stopping_line(worker.log)
+    assert "1 running attempt(s) asked to stop (attempt.cancelled set)" in line
+    assert "released, their intents back to pending, due now" in line
+    assert "attempt(s) cancelled" not in worker.log
+    assert (row(id).state, row(id).claim_token) == (Intent.State.PENDING, "")
+
+
 def test_sigterm_with_a_handler_ignoring_cancelled_releases_it_after_the_grace(start_worker):
     id = enqueue("test.sleepy", payload={"on_cancel": "ignore"})
     worker = start_worker(*SHORT, "--grace", "1")
