@@ -1,6 +1,8 @@
 """``run_intent_workers`` as an adapter: options are validated and reach the pool as given.
 
 The pool is replaced by a recorder here; test_worker_process.py runs the real one.
+The command looks for the intents table before it builds the pool, hence the
+database.
 """
 
 from __future__ import annotations
@@ -10,11 +12,14 @@ from typing import Any
 
 import pytest
 from django.core.management import CommandError, call_command
+from django.db import OperationalError, connection
 from django.test import override_settings
 
 from django_intents import metrics
 from django_intents.management.commands import run_intent_workers as command
 from tests.testapp import handlers as test_handlers
+
+pytestmark = pytest.mark.django_db
 
 
 class FakePool:
@@ -162,3 +167,22 @@ def test_metrics_port_serves_the_pools_health_and_closes_after_the_run(fake_pool
 def test_without_metrics_port_nothing_is_served(fake_pool, monkeypatch):
     monkeypatch.setattr(metrics, "serve", lambda *args: pytest.fail("served metrics"))
     assert run().ran
+
+
+def test_a_missing_intents_table_is_refused_naming_migrate(fake_pool, monkeypatch):
+    monkeypatch.setattr(connection.introspection, "table_names", lambda *a, **k: ["other"])
+    with pytest.raises(CommandError) as refused:
+        call_command("run_intent_workers", "--drain")
+    assert str(refused.value) == (
+        "the intents table does not exist: run `manage.py migrate` "
+        "(no table 'django_intents_intent' in database 'default')"
+    )
+    assert fake_pool.instances == []
+
+
+def test_an_unreachable_database_is_left_to_the_pool_to_ride_out(fake_pool, monkeypatch):
+    def unreachable(*args: Any, **kwargs: Any) -> list[str]:
+        raise OperationalError("connection refused")
+
+    monkeypatch.setattr(connection.introspection, "table_names", unreachable)
+    assert run("--drain").ran

@@ -8,10 +8,12 @@ Leases are 1-2 s and every wait has a timeout.
 from __future__ import annotations
 
 import signal
+import sqlite3
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -387,3 +389,69 @@ def test_metrics_port_serves_health_and_handler_metrics(start_worker):
     )
     worker.signal(signal.SIGTERM)
     worker.assert_clean_exit(timeout=15)
+
+
+# -- before migrate ----------------------------------------------------------------
+
+
+@pytest.fixture
+def empty_database(transactional_db: None, tmp_path: Path) -> Iterator[str]:
+    """The ``NAME`` of a database that exists but has no tables of ours."""
+    if connection.vendor == "sqlite":
+        path = tmp_path / "other-app.sqlite3"
+        with sqlite3.connect(path) as other:
+            other.execute("CREATE TABLE other_app_thing (id integer)")
+        other.close()
+        yield str(path)
+        return
+    name = f"{connection.settings_dict['NAME']}_empty"
+    quoted = connection.ops.quote_name(name)
+    with connection.cursor() as cursor:
+        cursor.execute(f"DROP DATABASE IF EXISTS {quoted}")
+        cursor.execute(f"CREATE DATABASE {quoted}")
+    yield name
+    with connection.cursor() as cursor:
+        cursor.execute(f"DROP DATABASE IF EXISTS {quoted}")
+
+
+def assert_refused_before_migrate(worker: Worker, where: str) -> None:
+    started = time.monotonic()
+    code = worker.wait(30)
+    assert code != 0
+    assert time.monotonic() - started < 15  # not after --db-error-timeout's 60 s
+    expected = f"CommandError: the intents table does not exist: run `manage.py migrate` ({where})"
+    assert worker.log.strip() == expected, worker.log
+    assert "database error" not in worker.log
+
+
+def test_workers_on_a_database_never_migrated_exit_at_once_naming_migrate(
+    start_worker, empty_database
+):
+    enqueue("test.ok")
+    before = snapshot()
+
+    worker = start_worker(
+        "--drain",
+        DJANGO_SETTINGS_MODULE="tests.unmigrated_settings",
+        INTENTS_TEST_UNMIGRATED=empty_database,
+    )
+
+    assert_refused_before_migrate(worker, "no table 'django_intents_intent' in database 'default'")
+    assert snapshot() == before
+
+
+@pytest.mark.skipif(
+    connection.vendor != "sqlite", reason="only SQLite creates a database on connect"
+)
+def test_workers_before_migrate_on_sqlite_leave_no_empty_database_file(start_worker, tmp_path):
+    enqueue("test.ok")
+    before = snapshot()
+    missing = tmp_path / "not-yet-migrated.sqlite3"
+
+    worker = start_worker(
+        DJANGO_SETTINGS_MODULE="tests.unmigrated_settings", INTENTS_TEST_UNMIGRATED=str(missing)
+    )
+
+    assert_refused_before_migrate(worker, f"database file {missing} not found")
+    assert list(tmp_path.iterdir()) == []
+    assert snapshot() == before

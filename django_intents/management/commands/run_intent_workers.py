@@ -2,23 +2,29 @@
 
 Everything a user can get wrong on the command line is refused here, before a
 single intent is claimed: bad numbers by the ``type=`` functions, a kind
-without a handler and a kind registered twice by ``handle()``.
+without a handler and a kind registered twice by ``handle()``, and a database
+that was never migrated by ``schema.require_table``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import sys
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
+from django.db import Error as DatabaseFailure
+from django.db import router
 
 from ... import metrics
 from ...conf import get_settings
 from ...handlers import discover
 from ...identity import check_text
+from ...models import Intent
+from ...schema import require_table
 from ...worker import WorkerPool
 
 
@@ -157,6 +163,10 @@ class Command(BaseCommand):
             raise CommandError(
                 f"--renew ({renew:g} s) must be shorter than the lease ({lease:g} s)"
             )
+        # A database error here is an outage, not a set-up step: the pool rides
+        # it out for --db-error-timeout like any other.
+        with contextlib.suppress(DatabaseFailure):
+            require_table(router.db_for_write(Intent))
 
         pool = WorkerPool(
             handlers=handlers,
