@@ -71,6 +71,10 @@ def run(*args: str) -> FakePool:
         (["--kinds", "x" * 101], "kind is 101 characters"),
         (["--metrics-port", "70000"], "port number"),
         (["--metrics-port", "http"], "not a port number"),
+        (["--until-empty", "--timeout", "0"], "--timeout: must be a number of seconds > 0"),
+        (["--drain", "--timeout", "-3"], "--timeout: must be a number of seconds > 0"),
+        (["--until-empty", "--timeout", "soon"], "--timeout: 'soon' is not a number of seconds"),
+        (["--until-empty", "--timeout", "inf"], "--timeout: must be a number of seconds > 0"),
     ],
 )
 def test_bad_option_values_are_refused_before_anything_runs(fake_pool, args, message):
@@ -117,8 +121,32 @@ def test_options_reach_the_pool(fake_pool):
         "renew": 1.5,
         "grace": 0.0,
         "drain": True,
+        "until_empty": False,
+        "timeout": None,
         "db_error_timeout": 9.0,
     }
+
+
+def test_until_empty_and_timeout_reach_the_pool(fake_pool):
+    pool = run("--until-empty", "--timeout", "2.5")
+    assert (pool.kwargs["until_empty"], pool.kwargs["timeout"]) == (True, 2.5)
+    assert pool.kwargs["drain"] is False
+    assert run("--drain", "--timeout", "7").kwargs["timeout"] == 7.0
+
+
+def test_timeout_without_drain_or_until_empty_is_refused(fake_pool):
+    with pytest.raises(CommandError, match="--timeout bounds --drain or --until-empty"):
+        call_command("run_intent_workers", "--timeout", "5")
+    assert fake_pool.instances == []
+
+
+def test_help_says_what_drain_and_until_empty_wait_for(capsys):
+    with pytest.raises(SystemExit):
+        call_command("run_intent_workers", "--help")
+    text = " ".join(capsys.readouterr().out.split())
+    assert "intents not due yet (retries backing off, next_at in the future) are left" in text
+    assert "no intent of the pool's kinds is pending or running, scheduled retries" in text
+    assert "with --drain or --until-empty: if not done after this long" in text
 
 
 @override_settings(INTENTS={"LEASE": 60, "RENEW": 5})

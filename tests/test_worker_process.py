@@ -455,3 +455,66 @@ def test_workers_before_migrate_on_sqlite_leave_no_empty_database_file(start_wor
     assert_refused_before_migrate(worker, f"database file {missing} not found")
     assert list(tmp_path.iterdir()) == []
     assert snapshot() == before
+
+
+# -- --until-empty and --timeout -----------------------------------------------------
+
+
+def test_until_empty_waits_for_scheduled_retries_and_runs_them(start_worker):
+    soon = enqueue("test.ok", "soon", next_at=timezone.now() + timedelta(seconds=2))
+    flaky = enqueue("test.fail", payload={"n": 1})  # retried once after ~2 s, then given up
+    started = time.monotonic()
+
+    worker = start_worker("--until-empty", "--timeout", "30", intents={"MAX_ATTEMPTS": 2})
+    worker.assert_clean_exit(timeout=40)
+
+    assert time.monotonic() - started > 1.0
+    assert (row(soon).state, row(soon).attempts) == (Intent.State.COMPLETED, 1)
+    assert notes(soon) == ["ok 1"]
+    gave_up = row(flaky)
+    assert (gave_up.state, gave_up.attempts) == (Intent.State.CANCELLED, 2)
+    assert gave_up.last_error == "ValueError: boom 1"
+    assert "is pending or running" in worker.log.splitlines()[-2], worker.log
+    assert not Intent.objects.pending().exists()
+
+
+def test_until_empty_past_its_timeout_stops_and_exits_1_naming_what_is_left(start_worker):
+    failing = enqueue("test.fail", payload={"n": 1})  # retried for ever
+    later = enqueue("test.ok", "later", next_at=timezone.now() + timedelta(hours=1))
+    stuck = enqueue("test.sleepy", payload={"on_cancel": "ignore"})
+    untouched = [r for r in snapshot() if r[0] == later]
+
+    worker = start_worker("--until-empty", "--timeout", "2", "--grace", "0.5", *SHORT)
+    code = worker.wait(30)
+
+    assert code == 1, worker.log
+    retried = row(failing)
+    assert (retried.state, retried.claim_token, retried.last_error) == (
+        Intent.State.PENDING,
+        "",
+        "ValueError: boom 1",
+    )
+    assert retried.attempts >= 1
+    released = row(stuck)
+    assert (released.state, released.attempts, released.claim_token) == ("pending", 1, "")
+    assert [r for r in snapshot() if r[0] == later] == untouched
+    [error] = [line for line in worker.log.splitlines() if " ERROR " in line]
+    assert error.endswith(
+        "timed out after 2 s with 3 intent(s) of the pool's kinds still pending or running: "
+        "test.fail (1 pending, 0 running), test.ok (1 pending, 0 running), "
+        "test.sleepy (1 pending, 0 running)"
+    ), worker.log
+    assert "timeout of 2 s reached before the drain ended; stopping" in worker.log
+
+
+def test_drain_past_its_timeout_releases_what_runs_and_exits_1(start_worker):
+    stuck = enqueue("test.sleepy", payload={"on_cancel": "ignore"})
+    before = timezone.now()
+
+    worker = start_worker("--drain", "--timeout", "1", "--grace", "0.3", *SHORT)
+    code = worker.wait(30)
+
+    assert code == 1, worker.log
+    assert_due_now_and_unclaimed(stuck, before)
+    assert row(stuck).attempts == 1
+    assert "test.sleepy (1 pending, 0 running)" in worker.log
