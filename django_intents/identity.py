@@ -1,4 +1,11 @@
-"""An intent's identity: the validated ``(kind, event_id, target)`` triple and its hash."""
+"""An intent's identity: the validated ``(kind, event_id, target)`` triple and its hash.
+
+A blank field (empty, or only whitespace) is refused: it is always a bug in
+the caller (an unset form field, a template that rendered nothing), and two
+such bugs would otherwise share one intent. Whitespace around a non-blank
+value is kept as given, since the id hashes the stored value exactly and
+trimming it would change the id of intents already enqueued.
+"""
 
 from __future__ import annotations
 
@@ -11,13 +18,19 @@ MAX_LENGTHS = {"kind": 100, "event_id": 255, "target": 2048}
 ID_LENGTH = 64
 
 
-def check_text(name: str, value: Any, max_length: int | None = None) -> str:
-    """Return ``value`` if it is a non-empty, NUL-free string that fits its column."""
+def check_text(name: str, value: Any, max_length: int | None = None, *, blank: bool = False) -> str:
+    """Return ``value`` if it is a non-blank, NUL-free string that fits its column.
+
+    ``blank=True`` lets whitespace-only values through (never an empty one),
+    for opaque keys such as an id chosen by the caller.
+    """
     limit = MAX_LENGTHS[name] if max_length is None else max_length
     if not isinstance(value, str):
         raise ValueError(f"{name} must be a string, not {type(value).__name__}")
     if not value:
         raise ValueError(f"{name} must not be empty")
+    if value.isspace() and not blank:
+        raise ValueError(f"{name} must not be blank (only whitespace)")
     if len(value) > limit:
         raise ValueError(f"{name} is {len(value)} characters long; the limit is {limit}")
     if "\x00" in value:
@@ -42,4 +55,5 @@ def digest(kind: str, event_id: str, target: str) -> str:
 
 
 def check_id(value: Any) -> str:
-    return check_text("id", value, ID_LENGTH)
+    """An id as a caller gives it: any non-empty string, so every stored row stays reachable."""
+    return check_text("id", value, ID_LENGTH, blank=True)

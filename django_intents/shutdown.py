@@ -1,11 +1,12 @@
 """Stopping a pool without losing or delaying any intent.
 
 A stop (``WorkerPool.stop()``, SIGTERM or SIGINT) ends claiming at once and
-cancels every running attempt, so handlers that check ``attempt.cancelled``
-can wind down. Claims that no thread has started are released unstarted.
-Handlers then have the grace period to finish, and their results are
-recorded as usual; whatever still runs after it is released, so that no
-intent waits for its lease to expire. A second signal ends the grace period.
+sets ``attempt.cancelled`` on every running attempt, asking handlers that
+check it to wind down; the intents themselves are not cancelled. Claims that
+no thread has started are released unstarted. Handlers then have the grace
+period to finish, and their results are recorded as usual; whatever still
+runs after it is released (pending, due now), so that no intent waits for its
+lease to expire. A second signal ends the grace period.
 
 ``request()`` may be called from any thread or a signal handler; it only puts
 the deadline on a ``SimpleQueue`` (whose ``put`` is safe there) and rings the
@@ -84,7 +85,11 @@ class Shutdown:
         self.request(grace=0.0 if again else None)
 
     def begin(self, jobs: Jobs, leases: LeaseTable) -> None:
-        """Release the claims no thread has started and cancel the running attempts, once."""
+        """Release the claims no thread has started and ask the running attempts to stop, once.
+
+        The line says what happens to the intents, since "cancelled" is also
+        the name of a terminal state that a stop never moves an intent to.
+        """
         if self._begun:
             return
         self._begun = True
@@ -92,9 +97,15 @@ class Shutdown:
         for claim in leases.claims():
             claim.attempt.cancelled.set()
         deadline = self._deadline if self._deadline is not None else time.monotonic()
+        reason = f" on {self._signal}" if self._signal else ""
+        if not leases:
+            log.info("stopping%s: no new claims; no attempt running", reason)
+            return
         log.info(
-            "stopping%s: no new claims; %d running attempt(s) cancelled, waiting up to %.1f s",
-            f" on {self._signal}" if self._signal else "",
+            "stopping%s: no new claims; %d running attempt(s) asked to stop "
+            "(attempt.cancelled set); those unfinished in %.1f s are released, "
+            "their intents back to pending, due now",
+            reason,
             len(leases),
             max(deadline - time.monotonic(), 0.0),
         )

@@ -11,11 +11,12 @@ when its lease expires.
 The loop is built from parts that each own their state and are called only
 from the loop thread: how much to claim (``demand.py``), the claims held
 (``leases.py``), the batched successes (``completer.py``), the stop
-(``shutdown.py``), the outage rule (``outage.py``) and the housekeeping
-(``housekeeping.py``). The threads around it never share a field with it:
-worker threads hand claims back through the ``finished`` queue (its messages
-are explained in ``execution.py``), the listener and the threads ring the
-alarm, and ``stop()`` hands its deadline over through a queue of its own.
+(``shutdown.py``), the end of a drain (``drain.py``), the outage rule
+(``outage.py``) and the housekeeping (``housekeeping.py``). The threads
+around it never share a field with it: worker threads hand claims back
+through the ``finished`` queue (its messages are explained in
+``execution.py``), the listener and the threads ring the alarm, and
+``stop()`` hands its deadline over through a queue of its own.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from .attempt import Attempt
 from .completer import Completer
 from .conf import get_settings
 from .demand import Demand
+from .drain import Drain
 from .execution import Claim, Executor, Finished, Jobs, Progress
 from .floor import ClaimFloor
 from .handlers import Handler
@@ -54,8 +56,10 @@ class WorkerPool:
     """Claim due intents of the given kinds and run their handlers in threads.
 
     ``run()`` blocks until ``stop()`` is called (or SIGTERM/SIGINT arrives, when
-    run in the main thread), or with ``drain`` until nothing is due, and
-    returns the process exit status. A pool runs once.
+    run in the main thread), with ``drain`` until nothing is due, or with
+    ``until_empty`` until nothing is pending or running (``drain.py``; both
+    bounded by ``timeout``), and returns the process exit status. A pool runs
+    once.
     """
 
     def __init__(
@@ -67,6 +71,8 @@ class WorkerPool:
         renew: float | None = None,
         grace: float = 10.0,
         drain: bool = False,
+        until_empty: bool = False,
+        timeout: float | None = None,
         poll_interval: float | None = None,
         db_error_timeout: float | None = None,
         report_interval: float = 60.0,
@@ -82,7 +88,6 @@ class WorkerPool:
             renew = settings.renew_interval if lease is None else self._lease / 3
         self._renew = renew
         self._grace = grace
-        self._drain = drain
         self._poll = settings.poll_interval if poll_interval is None else poll_interval
         if db_error_timeout is None:
             db_error_timeout = settings.db_error_timeout
@@ -96,6 +101,9 @@ class WorkerPool:
             raise ValueError(
                 f"renew ({self._renew} s) must be shorter than lease ({self._lease} s)"
             )
+        self._drain = Drain(
+            using=self._using, kinds=self._kinds, due=drain, empty=until_empty, timeout=timeout
+        )
 
         self._manager = Intent.objects.db_manager(self._using)
         self._alarm = Alarm()
@@ -126,7 +134,8 @@ class WorkerPool:
     # -- public ----------------------------------------------------------------
 
     def run(self) -> int:
-        """Run the pool; return 0 after a stop or a drain, 1 after a database outage."""
+        """Run the pool; return 0 after a stop or a drain, 1 after an outage or a timeout."""
+        self._drain.start()
         self._liveness.start()
         self._housekeeping.start()
         threads = [
@@ -151,13 +160,14 @@ class WorkerPool:
                 renew=self._renew,
                 poll=self._poll,
                 grace=self._grace,
-                drain=self._drain,
+                drain=self._drain.enabled,
                 waker=listener,
             )
             with self._shutdown.signals_handled(self._handle_signals):
                 status = self._loop()
                 if status == 0:
                     self._release_unfinished()
+                    status = self._drain.status()
                 else:
                     self._leases.abandon()
         finally:
@@ -177,7 +187,7 @@ class WorkerPool:
         return status
 
     def stop(self, *, grace: float | None = None) -> None:
-        """Stop claiming, cancel running attempts and exit after at most ``grace`` seconds.
+        """Stop claiming, ask running attempts to stop and exit after at most ``grace`` seconds.
 
         Safe to call from any thread or a signal handler: it only hands the
         deadline to the loop, which does the rest. A second call can only
@@ -203,6 +213,8 @@ class WorkerPool:
                     if self._outage.failed(exc):
                         return 1
                     continue
+            if self._drain.overdue():
+                self._shutdown.request()
             deadline = self._shutdown.deadline()
             if deadline is not None:
                 self._shutdown.begin(self._jobs, self._leases)
@@ -210,15 +222,16 @@ class WorkerPool:
                     return 0
                 if time.monotonic() >= deadline:
                     log.info(
-                        "grace period over with %d handler(s) still running", len(self._leases)
+                        "grace period over with %d handler(s) still running; releasing them",
+                        len(self._leases),
                     )
                     return 0
-            claimed = None
+            drained = False
             try:
                 close_old_connections()
                 self._renew_leases()
                 if deadline is None:
-                    claimed = self._claim()
+                    drained = self._drain.done(self._claim(), len(self._leases))
                 self._liveness.keep_alive(connections[self._using])
             except DatabaseFailure as exc:
                 if self._outage.failed(exc):
@@ -226,8 +239,7 @@ class WorkerPool:
                 continue
             self._outage.over()
             self._housekeeping.run_due(running=len(self._leases))
-            if self._drain and claimed == 0 and not self._leases:
-                log.info("drained: no intent of kinds %s is due", ", ".join(self._kinds))
+            if drained:
                 return 0
             self._alarm.sleep(self._sleep_time())
 
@@ -284,7 +296,7 @@ class WorkerPool:
         """
         if since is None:
             return 0
-        if self._drain:
+        if self._drain.ends_on_claim:
             self._floor.rescan()
             self._alarm.ring()
         return None
@@ -330,6 +342,7 @@ class WorkerPool:
             self._housekeeping.wake_at(),
             self._liveness.wake_at(),
             self._leases.next_renewal(),
+            self._drain.wake_at(),
         ]
         deadline = self._shutdown.deadline()
         if deadline is not None:

@@ -82,6 +82,9 @@ def test_enqueue_round_trips_any_json_value(payload):
         (("k" * 101, "e", "t"), ValueError, "kind"),
         (("k", "e\x00", "t"), ValueError, "event_id"),
         (("k", "e", 5), ValueError, "target"),
+        ((" ", "e", "t"), ValueError, "kind must not be blank"),
+        (("k", " \t ", "t"), ValueError, "event_id must not be blank"),
+        (("k", "e", "\n"), ValueError, "target must not be blank"),
         (("k", "e", "t", {1, 2}), TypeError, "payload"),
         (("k", "e", "t", {"a": object()}), TypeError, "payload"),
         (("k", "e", "t", {1: "int key"}), TypeError, "payload"),
@@ -111,6 +114,17 @@ def test_enqueue_refuses_bad_options_and_writes_nothing(kwargs, message):
     with pytest.raises((TypeError, ValueError), match=message):
         Intent.objects.enqueue("k", "e", "t", **{"now": T0, **kwargs})
     assert snapshot() == []
+
+
+def test_enqueue_keeps_whitespace_around_a_non_blank_value():
+    id = Intent.objects.enqueue("webhook", " order-1 ", "t", now=T0)
+    assert id == intent_id("webhook", " order-1 ", "t") != intent_id("webhook", "order-1", "t")
+    assert row(id).event_id == " order-1 "
+
+
+def test_an_explicit_id_of_whitespace_is_still_accepted_as_an_opaque_key():
+    assert Intent.objects.enqueue("webhook", "e", "t", id="  ", now=T0) == "  "
+    assert row("  ").event_id == "e"
 
 
 def test_enqueue_inside_a_rolled_back_transaction_leaves_nothing():
@@ -159,6 +173,9 @@ def test_enqueue_many_of_nothing_writes_nothing():
     ("bad", "message"),
     [
         ({"kind": "job", "event_id": "", "target": "t"}, r"items\[600\]: event_id"),
+        ({"kind": "job", "event_id": "  ", "target": "t"}, r"items\[600\]: event_id .*blank"),
+        ({"kind": " ", "event_id": "e", "target": "t"}, r"items\[600\]: kind .*blank"),
+        ({"kind": "job", "event_id": "e", "target": "\t"}, r"items\[600\]: target .*blank"),
         ({"kind": "job", "target": "t"}, r"items\[600\]: missing event_id"),
         ({"kind": "job", "event_id": "e", "target": "t", "colour": 1}, r"items\[600\]: unknown"),
         ({"kind": "job", "event_id": "e", "target": "t", "payload": {1}}, r"items\[600\]: payload"),

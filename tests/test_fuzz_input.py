@@ -138,11 +138,15 @@ def storable(text: str) -> bool:
     return "\x00" not in text and not any("\ud800" <= c <= "\udfff" for c in text)
 
 
-def text_field(limit: int) -> st.SearchStrategy[Tagged]:
-    """A value for a text argument, tagged as SPEC §2 judges it."""
+def text_field(limit: int, *, blank: bool = False) -> st.SearchStrategy[Tagged]:
+    """A value for a text argument, tagged as SPEC §2 judges it.
+
+    Kind, event id and target must not be blank (only whitespace); an id may be.
+    """
 
     def judge(value: Any) -> Tagged:
         ok = isinstance(value, str) and 0 < len(value) <= limit and storable(value)
+        ok = ok and (blank or not value.isspace())
         return value, OK if ok else BAD
 
     return st.one_of(any_text, wrong_types).map(judge)
@@ -219,7 +223,7 @@ datetimes = st.one_of(
 ids = st.one_of(
     st.none().map(lambda v: (v, OK)),
     # None is the default id, not a wrong type: it is drawn (as OK) just above.
-    text_field(64).filter(lambda tagged: tagged[0] is not None),
+    text_field(64, blank=True).filter(lambda tagged: tagged[0] is not None),
     st.text(string.hexdigits, min_size=64, max_size=64).map(lambda v: (v, OK)),
 )
 

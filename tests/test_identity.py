@@ -31,11 +31,29 @@ def test_intent_id_hashes_utf8():
         (1, "e", "t", "kind"),
         ("k", None, "t", "event_id"),
         ("k", "e", b"t", "target"),
+        (" ", "e", "t", "kind"),
+        ("k", "   ", "t", "event_id"),
+        ("k", "e", "\t\n", "target"),
+        ("k", "\u3000\xa0", "t", "event_id"),
     ],
 )
 def test_intent_id_refuses_bad_fields_naming_the_field(kind, event_id, target, field):
     with pytest.raises(ValueError, match=field):
         intent_id(kind, event_id, target)
+
+
+@pytest.mark.parametrize("field", ["kind", "event_id", "target"])
+def test_a_blank_field_is_refused_as_blank_naming_it(field):
+    fields = {"kind": "k", "event_id": "e", "target": "t", field: "  "}
+    with pytest.raises(ValueError, match=f"^{field} must not be blank"):
+        intent_id(**fields)
+
+
+def test_whitespace_around_a_value_is_kept_and_changes_the_id():
+    # Ids hash the stored value exactly: trimming would move existing intents.
+    padded = intent_id(" k", "order-1 ", "\tt")
+    expected = hashlib.sha256(b" k\x00order-1 \x00\tt").hexdigest()
+    assert padded == expected != intent_id("k", "order-1", "t")
 
 
 def test_intent_id_accepts_fields_at_their_limits():

@@ -1,6 +1,8 @@
 """``run_intent_workers`` as an adapter: options are validated and reach the pool as given.
 
 The pool is replaced by a recorder here; test_worker_process.py runs the real one.
+The command looks for the intents table before it builds the pool, hence the
+database.
 """
 
 from __future__ import annotations
@@ -10,11 +12,14 @@ from typing import Any
 
 import pytest
 from django.core.management import CommandError, call_command
+from django.db import OperationalError, connection
 from django.test import override_settings
 
 from django_intents import metrics
 from django_intents.management.commands import run_intent_workers as command
 from tests.testapp import handlers as test_handlers
+
+pytestmark = pytest.mark.django_db
 
 
 class FakePool:
@@ -66,6 +71,10 @@ def run(*args: str) -> FakePool:
         (["--kinds", "x" * 101], "kind is 101 characters"),
         (["--metrics-port", "70000"], "port number"),
         (["--metrics-port", "http"], "not a port number"),
+        (["--until-empty", "--timeout", "0"], "--timeout: must be a number of seconds > 0"),
+        (["--drain", "--timeout", "-3"], "--timeout: must be a number of seconds > 0"),
+        (["--until-empty", "--timeout", "soon"], "--timeout: 'soon' is not a number of seconds"),
+        (["--until-empty", "--timeout", "inf"], "--timeout: must be a number of seconds > 0"),
     ],
 )
 def test_bad_option_values_are_refused_before_anything_runs(fake_pool, args, message):
@@ -112,8 +121,32 @@ def test_options_reach_the_pool(fake_pool):
         "renew": 1.5,
         "grace": 0.0,
         "drain": True,
+        "until_empty": False,
+        "timeout": None,
         "db_error_timeout": 9.0,
     }
+
+
+def test_until_empty_and_timeout_reach_the_pool(fake_pool):
+    pool = run("--until-empty", "--timeout", "2.5")
+    assert (pool.kwargs["until_empty"], pool.kwargs["timeout"]) == (True, 2.5)
+    assert pool.kwargs["drain"] is False
+    assert run("--drain", "--timeout", "7").kwargs["timeout"] == 7.0
+
+
+def test_timeout_without_drain_or_until_empty_is_refused(fake_pool):
+    with pytest.raises(CommandError, match="--timeout bounds --drain or --until-empty"):
+        call_command("run_intent_workers", "--timeout", "5")
+    assert fake_pool.instances == []
+
+
+def test_help_says_what_drain_and_until_empty_wait_for(capsys):
+    with pytest.raises(SystemExit):
+        call_command("run_intent_workers", "--help")
+    text = " ".join(capsys.readouterr().out.split())
+    assert "intents not due yet (retries backing off, next_at in the future) are left" in text
+    assert "no intent of the pool's kinds is pending or running, scheduled retries" in text
+    assert "with --drain or --until-empty: if not done after this long" in text
 
 
 @override_settings(INTENTS={"LEASE": 60, "RENEW": 5})
@@ -162,3 +195,22 @@ def test_metrics_port_serves_the_pools_health_and_closes_after_the_run(fake_pool
 def test_without_metrics_port_nothing_is_served(fake_pool, monkeypatch):
     monkeypatch.setattr(metrics, "serve", lambda *args: pytest.fail("served metrics"))
     assert run().ran
+
+
+def test_a_missing_intents_table_is_refused_naming_migrate(fake_pool, monkeypatch):
+    monkeypatch.setattr(connection.introspection, "table_names", lambda *a, **k: ["other"])
+    with pytest.raises(CommandError) as refused:
+        call_command("run_intent_workers", "--drain")
+    assert str(refused.value) == (
+        "the intents table does not exist: run `manage.py migrate` "
+        "(no table 'django_intents_intent' in database 'default')"
+    )
+    assert fake_pool.instances == []
+
+
+def test_an_unreachable_database_is_left_to_the_pool_to_ride_out(fake_pool, monkeypatch):
+    def unreachable(*args: Any, **kwargs: Any) -> list[str]:
+        raise OperationalError("connection refused")
+
+    monkeypatch.setattr(connection.introspection, "table_names", unreachable)
+    assert run("--drain").ran

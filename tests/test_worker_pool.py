@@ -543,3 +543,53 @@ def test_a_pool_rescues_an_expired_lease_on_an_intent_older_than_its_floor(backg
     # Found by a full scan, at most FULL_SCAN_EVERY (1 s) plus a poll after expiry.
     assert ran[0] - expires < timedelta(seconds=3)
     assert row(id).attempts == 2
+
+
+def test_until_empty_runs_an_intent_scheduled_after_the_start_then_ends(background):
+    ran = []
+    later = Intent.objects.enqueue(
+        "p.later", "e", "t", next_at=timezone.now() + timedelta(seconds=0.5)
+    )
+    (other,) = enqueue("p.other")  # no handler in this pool: not waited for
+
+    status = background(
+        pool({"p.later": lambda intent, attempt: ran.append(intent.id)}, until_empty=True)
+    ).join()
+
+    assert (status, ran) == (0, [later])
+    assert row(later).state == Intent.State.COMPLETED
+    assert (row(other).state, row(other).attempts) == (Intent.State.PENDING, 0)
+
+
+def test_a_drain_ends_while_an_intent_is_scheduled_for_later(background):
+    later = Intent.objects.enqueue("p.later", "e", "t", next_at=timezone.now() + timedelta(hours=1))
+    assert background(pool({"p.later": lambda intent, attempt: None}, drain=True)).join() == 0
+    assert (row(later).state, row(later).attempts) == (Intent.State.PENDING, 0)
+
+
+def test_until_empty_past_its_timeout_returns_1_and_leaves_the_intent_pending(background, caplog):
+    later = Intent.objects.enqueue("p.later", "e", "t", next_at=timezone.now() + timedelta(hours=1))
+    handlers = {"p.later": lambda intent, attempt: None}
+    started = time.monotonic()
+
+    with caplog.at_level(logging.INFO, logger="django_intents"):
+        status = background(pool(handlers, until_empty=True, timeout=0.5)).join()
+
+    assert status == 1
+    assert time.monotonic() - started < 10
+    assert (row(later).state, row(later).attempts) == (Intent.State.PENDING, 0)
+    assert (
+        "timed out after 0.5 s with 1 intent(s) of the pool's kinds still pending or running: "
+        "p.later (1 pending, 0 running)"
+    ) in caplog.text
+
+
+@pytest.mark.parametrize("timeout", [0, -1, float("inf"), float("nan")])
+def test_a_timeout_that_is_not_a_positive_number_of_seconds_is_refused(timeout):
+    with pytest.raises(ValueError, match="timeout must be a positive number of seconds"):
+        pool({"p.x": lambda intent, attempt: None}, until_empty=True, timeout=timeout)
+
+
+def test_a_timeout_without_drain_or_until_empty_is_refused():
+    with pytest.raises(ValueError, match="timeout bounds a drain"):
+        pool({"p.x": lambda intent, attempt: None}, timeout=5)

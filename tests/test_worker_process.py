@@ -8,10 +8,12 @@ Leases are 1-2 s and every wait has a timeout.
 from __future__ import annotations
 
 import signal
+import sqlite3
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -165,6 +167,25 @@ def test_sigterm_during_a_handler_that_checks_cancelled_releases_it_due_now(star
     assert row(id).attempts == 1
     assert has_note(id, "cancelled 1")
     assert "stopping on SIGTERM" in worker.log
+
+
+def stopping_line(log: str) -> str:
+    return next(line for line in log.splitlines() if "stopping" in line)
+
+
+def test_the_stop_line_says_attempts_were_asked_to_stop_not_intents_cancelled(start_worker):
+    id = enqueue("test.sleepy", payload={"on_cancel": "ignore"})
+    worker = start_worker(*SHORT, "--grace", "0.5")
+    wait_for(lambda: has_note(id, "start 1"), "the handler to start")
+
+    worker.signal(signal.SIGTERM)
+
+    worker.assert_clean_exit(timeout=15)
+    line = stopping_line(worker.log)
+    assert "1 running attempt(s) asked to stop (attempt.cancelled set)" in line
+    assert "released, their intents back to pending, due now" in line
+    assert "attempt(s) cancelled" not in worker.log
+    assert (row(id).state, row(id).claim_token) == (Intent.State.PENDING, "")
 
 
 def test_sigterm_with_a_handler_ignoring_cancelled_releases_it_after_the_grace(start_worker):
@@ -368,3 +389,132 @@ def test_metrics_port_serves_health_and_handler_metrics(start_worker):
     )
     worker.signal(signal.SIGTERM)
     worker.assert_clean_exit(timeout=15)
+
+
+# -- before migrate ----------------------------------------------------------------
+
+
+@pytest.fixture
+def empty_database(transactional_db: None, tmp_path: Path) -> Iterator[str]:
+    """The ``NAME`` of a database that exists but has no tables of ours."""
+    if connection.vendor == "sqlite":
+        path = tmp_path / "other-app.sqlite3"
+        with sqlite3.connect(path) as other:
+            other.execute("CREATE TABLE other_app_thing (id integer)")
+        other.close()
+        yield str(path)
+        return
+    name = f"{connection.settings_dict['NAME']}_empty"
+    quoted = connection.ops.quote_name(name)
+    with connection.cursor() as cursor:
+        cursor.execute(f"DROP DATABASE IF EXISTS {quoted}")
+        cursor.execute(f"CREATE DATABASE {quoted}")
+    yield name
+    with connection.cursor() as cursor:
+        cursor.execute(f"DROP DATABASE IF EXISTS {quoted}")
+
+
+def assert_refused_before_migrate(worker: Worker, where: str) -> None:
+    started = time.monotonic()
+    code = worker.wait(30)
+    assert code != 0
+    assert time.monotonic() - started < 15  # not after --db-error-timeout's 60 s
+    expected = f"CommandError: the intents table does not exist: run `manage.py migrate` ({where})"
+    assert worker.log.strip() == expected, worker.log
+    assert "database error" not in worker.log
+
+
+def test_workers_on_a_database_never_migrated_exit_at_once_naming_migrate(
+    start_worker, empty_database
+):
+    enqueue("test.ok")
+    before = snapshot()
+
+    worker = start_worker(
+        "--drain",
+        DJANGO_SETTINGS_MODULE="tests.unmigrated_settings",
+        INTENTS_TEST_UNMIGRATED=empty_database,
+    )
+
+    assert_refused_before_migrate(worker, "no table 'django_intents_intent' in database 'default'")
+    assert snapshot() == before
+
+
+@pytest.mark.skipif(
+    connection.vendor != "sqlite", reason="only SQLite creates a database on connect"
+)
+def test_workers_before_migrate_on_sqlite_leave_no_empty_database_file(start_worker, tmp_path):
+    enqueue("test.ok")
+    before = snapshot()
+    missing = tmp_path / "not-yet-migrated.sqlite3"
+
+    worker = start_worker(
+        DJANGO_SETTINGS_MODULE="tests.unmigrated_settings", INTENTS_TEST_UNMIGRATED=str(missing)
+    )
+
+    assert_refused_before_migrate(worker, f"database file {missing} not found")
+    assert list(tmp_path.iterdir()) == []
+    assert snapshot() == before
+
+
+# -- --until-empty and --timeout -----------------------------------------------------
+
+
+def test_until_empty_waits_for_scheduled_retries_and_runs_them(start_worker):
+    soon = enqueue("test.ok", "soon", next_at=timezone.now() + timedelta(seconds=2))
+    flaky = enqueue("test.fail", payload={"n": 1})  # retried once after ~2 s, then given up
+    started = time.monotonic()
+
+    worker = start_worker("--until-empty", "--timeout", "30", intents={"MAX_ATTEMPTS": 2})
+    worker.assert_clean_exit(timeout=40)
+
+    assert time.monotonic() - started > 1.0
+    assert (row(soon).state, row(soon).attempts) == (Intent.State.COMPLETED, 1)
+    assert notes(soon) == ["ok 1"]
+    gave_up = row(flaky)
+    assert (gave_up.state, gave_up.attempts) == (Intent.State.CANCELLED, 2)
+    assert gave_up.last_error == "ValueError: boom 1"
+    assert "is pending or running" in worker.log.splitlines()[-2], worker.log
+    assert not Intent.objects.pending().exists()
+
+
+def test_until_empty_past_its_timeout_stops_and_exits_1_naming_what_is_left(start_worker):
+    failing = enqueue("test.fail", payload={"n": 1})  # retried for ever
+    later = enqueue("test.ok", "later", next_at=timezone.now() + timedelta(hours=1))
+    stuck = enqueue("test.sleepy", payload={"on_cancel": "ignore"})
+    untouched = [r for r in snapshot() if r[0] == later]
+
+    worker = start_worker("--until-empty", "--timeout", "2", "--grace", "0.5", *SHORT)
+    code = worker.wait(30)
+
+    assert code == 1, worker.log
+    retried = row(failing)
+    assert (retried.state, retried.claim_token, retried.last_error) == (
+        Intent.State.PENDING,
+        "",
+        "ValueError: boom 1",
+    )
+    assert retried.attempts >= 1
+    released = row(stuck)
+    assert (released.state, released.attempts, released.claim_token) == ("pending", 1, "")
+    assert [r for r in snapshot() if r[0] == later] == untouched
+    [error] = [line for line in worker.log.splitlines() if " ERROR " in line]
+    assert error.endswith(
+        "timed out after 2 s with 3 intent(s) of the pool's kinds still pending or running: "
+        "test.fail (1 pending, 0 running), test.ok (1 pending, 0 running), "
+        "test.sleepy (1 pending, 0 running)"
+    ), worker.log
+    assert "timeout of 2 s reached before the drain ended; stopping" in worker.log
+
+
+def test_drain_past_its_timeout_releases_what_runs_and_exits_1(start_worker):
+    stuck = enqueue("test.sleepy", payload={"on_cancel": "ignore"})
+    before = timezone.now()
+
+    worker = start_worker("--drain", "--timeout", "1", "--grace", "0.3", *SHORT)
+    code = worker.wait(30)
+
+    assert code == 1, worker.log
+    assert_due_now_and_unclaimed(stuck, before)
+    assert row(stuck).attempts == 1
+    assert "test.sleepy (1 pending, 0 running)" in worker.log

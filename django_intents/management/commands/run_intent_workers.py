@@ -2,23 +2,29 @@
 
 Everything a user can get wrong on the command line is refused here, before a
 single intent is claimed: bad numbers by the ``type=`` functions, a kind
-without a handler and a kind registered twice by ``handle()``.
+without a handler and a kind registered twice by ``handle()``, and a database
+that was never migrated by ``schema.require_table``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import sys
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
+from django.db import Error as DatabaseFailure
+from django.db import router
 
 from ... import metrics
 from ...conf import get_settings
 from ...handlers import discover
 from ...identity import check_text
+from ...models import Intent
+from ...schema import require_table
 from ...worker import WorkerPool
 
 
@@ -102,7 +108,23 @@ class Command(BaseCommand):
         parser.add_argument(
             "--drain",
             action="store_true",
-            help="exit 0 once no intent of the pool's kinds is due",
+            help="exit 0 once a claim finds no intent of the pool's kinds due and every "
+            "attempt the pool started has finished; intents not due yet (retries backing "
+            "off, next_at in the future) are left pending: see --until-empty",
+        )
+        parser.add_argument(
+            "--until-empty",
+            action="store_true",
+            help="exit 0 once no intent of the pool's kinds is pending or running, "
+            "scheduled retries included: keep polling until they have run (for CI; "
+            "bound it with --timeout)",
+        )
+        parser.add_argument(
+            "--timeout",
+            type=positive_seconds,
+            metavar="SECONDS",
+            help="with --drain or --until-empty: if not done after this long, stop as on "
+            "SIGTERM (--grace applies) and exit 1, naming how many intents are left",
         )
         parser.add_argument(
             "--grace",
@@ -157,6 +179,15 @@ class Command(BaseCommand):
             raise CommandError(
                 f"--renew ({renew:g} s) must be shorter than the lease ({lease:g} s)"
             )
+        if options["timeout"] is not None and not (options["drain"] or options["until_empty"]):
+            raise CommandError(
+                "--timeout bounds --drain or --until-empty; without either the pool runs "
+                "until it is stopped"
+            )
+        # A database error here is an outage, not a set-up step: the pool rides
+        # it out for --db-error-timeout like any other.
+        with contextlib.suppress(DatabaseFailure):
+            require_table(router.db_for_write(Intent))
 
         pool = WorkerPool(
             handlers=handlers,
@@ -165,6 +196,8 @@ class Command(BaseCommand):
             renew=renew,
             grace=options["grace"],
             drain=options["drain"],
+            until_empty=options["until_empty"],
+            timeout=options["timeout"],
             db_error_timeout=options["db_error_timeout"],
         )
         server = None
