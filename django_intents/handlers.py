@@ -226,6 +226,17 @@ def check_kind(kind: str) -> None:
     )
 
 
+def unhandled(due: Mapping[str, int]) -> dict[str, int]:
+    """Of ``due`` (kind -> due intents), the kinds nothing runs: they would wait forever.
+
+    Such intents got past enqueue before their kind was checked (an older
+    release, a handler since removed, a raw insert); health checks and the
+    worker start name them.
+    """
+    known = known_kinds()
+    return {kind: n for kind, n in sorted(due.items()) if n and kind not in known}
+
+
 def _forget_known_kinds(*, setting: str, **kwargs: Any) -> None:
     if setting in ("INTENTS", "INSTALLED_APPS"):
         known_kinds.cache_clear()
