@@ -284,6 +284,11 @@ def test_transitions_are_counted_when_committed_and_never_when_rolled_back():
     assert count() == start + 1
 
 
+def test_task_intents_keep_their_own_label_by_default():
+    assert metrics.kind_label(TASK_KIND) == TASK_KIND
+    assert metrics.kind_label("tenant-42-export") == "other"
+
+
 @external_kinds("tenant-42-export")
 @pytest.mark.django_db
 def test_unknown_kind_is_reported_as_other_everywhere(client, django_capture_on_commit_callbacks):
