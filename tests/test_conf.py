@@ -29,7 +29,7 @@ def test_defaults_match_the_spec(settings, request):
 
 def test_valid_settings_are_read(settings):
     settings.INTENTS = {
-        "HANDLERS": {"webhook": "tests.testapp.handlers.dotted"},
+        "HANDLERS": {"billing": "tests.testapp.handlers.dotted"},
         "EXTERNAL_KINDS": ["billing.invoice"],
         "WORKERS": 8,
         "LEASE": 60,
