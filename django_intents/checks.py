@@ -1,4 +1,4 @@
-"""System checks: a bad ``INTENTS`` setting fails ``manage.py check`` and start-up."""
+"""System checks: a bad ``INTENTS`` setting or handler fails ``manage.py check`` and start-up."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from django.conf import settings
 from django.core.checks import CheckMessage, Error, register
 
 from .conf import parse
+from .handlers import problems
 
 
 @register()
@@ -21,4 +22,16 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
             id=error.check_id,
         )
         for error in errors
+    ]
+
+
+@register()
+def check_handlers(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """Import every handler now, so a broken one fails the deploy, not its first intent."""
+    _, errors = parse(getattr(settings, "INTENTS", None))
+    if errors:
+        return []  # check_settings reports them; the handlers cannot be read meanwhile
+    return [
+        Error(problem.message, hint=problem.hint, obj=problem.obj, id=problem.check_id)
+        for problem in problems()
     ]

@@ -18,9 +18,11 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
+from .identity import check_text
+from .kinds import TASK_KIND
 from .states import TERMINAL
 
-DEFAULT_METRIC_KINDS = ("delivery", "push", "replication", "webhook", "job")
+DEFAULT_METRIC_KINDS = ("delivery", "push", "replication", "webhook", "job", TASK_KIND)
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,7 @@ class Retention:
 @dataclass(frozen=True)
 class IntentSettings:
     handlers: Mapping[str, str] = field(default_factory=dict)
+    external_kinds: frozenset[str] = frozenset()
     workers: int = 4
     lease: float = 30.0
     renew: float | None = None
@@ -77,6 +80,17 @@ def _handlers(key: str, value: Any) -> dict[str, str]:
         if not isinstance(kind, str) or not kind or not isinstance(path, str) or "." not in path:
             raise SettingError(key, f"entry {kind!r}: {path!r} is not kind -> 'module.function'")
     return dict(value)
+
+
+def _external_kinds(key: str, value: Any) -> frozenset[str]:
+    if isinstance(value, str) or not isinstance(value, list | tuple | set | frozenset):
+        raise SettingError(key, f"must be a list of kind names, not {value!r}")
+    for kind in value:
+        try:
+            check_text("kind", kind)
+        except ValueError as exc:
+            raise SettingError(key, f"entry {kind!r}: {exc}") from None
+    return frozenset(value)
 
 
 def _renew(key: str, value: Any) -> float | None:
@@ -123,6 +137,7 @@ def _retention(key: str, value: Any) -> dict[str, Retention] | None:
 
 _PARSERS: dict[str, tuple[str, Callable[[str, Any], Any]]] = {
     "HANDLERS": ("handlers", _handlers),
+    "EXTERNAL_KINDS": ("external_kinds", _external_kinds),
     "WORKERS": ("workers", _positive_int),
     "LEASE": ("lease", _positive_number),
     "RENEW": ("renew", _renew),

@@ -1,11 +1,17 @@
 """The handler registry: which function runs each kind of intent.
 
-Handlers come from two places, resolved when a worker pool starts rather than
-at import time, so a web process that only enqueues never imports them:
-``@handler(kind)`` in an installed app's ``handlers`` module (discovered like
-``admin.py``) and dotted paths in ``INTENTS["HANDLERS"]``. A kind has exactly
-one handler; a second one is a start-up error naming both, never a silent
-override that would send work to the wrong function.
+Handlers come from two places: ``@handler(kind)`` in an installed app's
+``handlers`` module (discovered like ``admin.py``) and dotted paths in
+``INTENTS["HANDLERS"]``. A kind has exactly one handler; a second one is an
+error naming both, never a silent override that would send work to the wrong
+function. ``manage.py check`` and the worker start validate them alike
+(:func:`problems`), so a broken path or a wrong signature is found before the
+first intent of its kind is claimed.
+
+Enqueue refuses a kind that nothing runs (a typo would otherwise wait forever):
+:func:`check_kind` looks the kind up in :func:`known_kinds`, a frozenset built
+once per process (the ``handlers`` modules are imported then, the dotted paths
+are not) and rebuilt only when a handler is registered or settings change.
 
 This module must stay importable before the app registry is ready, because
 ``django_intents.handler`` is used at the top of ``handlers.py`` modules.
@@ -13,10 +19,15 @@ This module must stay importable before the app registry is ready, because
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import difflib
+import functools
+import inspect
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.core.exceptions import ImproperlyConfigured
+from django.core.signals import setting_changed
 from django.utils.module_loading import autodiscover_modules, import_string
 
 from .conf import get_settings
@@ -32,6 +43,8 @@ H = TypeVar("H", bound=Callable[..., Any])
 
 def describe(func: Callable[..., Any]) -> str:
     """Return ``module.qualname``: how logs and error messages name a handler."""
+    if isinstance(func, functools.partial):
+        return f"functools.partial({describe(func.func)})"
     module = getattr(func, "__module__", None) or "?"
     name = getattr(func, "__qualname__", None) or repr(func)
     return f"{module}.{name}"
@@ -55,6 +68,9 @@ class HandlerRegistry:
                 f"kind {kind!r} is registered twice: {describe(current)} and {describe(func)}"
             )
         self._registry[kind] = func
+        # A handler registered after the first enqueue (a test, a late import)
+        # makes its kind known from then on.
+        known_kinds.cache_clear()
 
     def handler(self, kind: str) -> Callable[[H], H]:
         """Decorator: register the function as the handler of ``kind``."""
@@ -66,28 +82,94 @@ class HandlerRegistry:
 
         return decorator
 
-    def resolve(self, paths: dict[str, str] | None = None) -> dict[str, Handler]:
-        """Return the decorated handlers merged with ``paths`` (kind -> dotted path)."""
+    def kinds(self) -> frozenset[str]:
+        return frozenset(self._registry)
+
+    def resolve(self, paths: Mapping[str, str] | None = None) -> dict[str, Handler]:
+        """Return the decorated handlers merged with ``paths`` (kind -> dotted path).
+
+        Raises ``ImproperlyConfigured`` naming every problem :func:`problems` finds.
+        """
+        found, errors = self.collect(paths or {})
+        if errors:
+            raise ImproperlyConfigured("; ".join(str(error) for error in errors))
+        return found
+
+    def collect(self, paths: Mapping[str, str]) -> tuple[dict[str, Handler], list[HandlerProblem]]:
+        """Import ``paths`` and return every handler found with every problem on the way."""
         found = dict(self._registry)
-        for kind, path in (paths or {}).items():
+        errors = []
+        for kind, path in paths.items():
+            key = f"INTENTS['HANDLERS'][{kind!r}]"
             try:
                 func = import_string(path)
             except ImportError as exc:
-                raise ImproperlyConfigured(
-                    f"INTENTS['HANDLERS'][{kind!r}]: cannot import {path!r}: {exc}"
-                ) from exc
+                errors.append(HandlerProblem(key, f"cannot import {path!r}: {exc}", IMPORT))
+                continue
             if not callable(func):
-                raise ImproperlyConfigured(
-                    f"INTENTS['HANDLERS'][{kind!r}]: {path!r} is not callable"
-                )
+                errors.append(HandlerProblem(key, f"{path!r} is not callable", NOT_CALLABLE))
+                continue
             current = found.get(kind)
             if current is not None and current is not func:
-                raise ImproperlyConfigured(
+                message = (
                     f"kind {kind!r} is registered twice: {describe(current)} (@handler) "
                     f"and {path} (INTENTS['HANDLERS'])"
                 )
+                errors.append(HandlerProblem(key, message, TWICE))
+                continue
             found[kind] = func
-        return found
+        for kind, func in sorted(found.items()):
+            problem = signature_problem(func)
+            if problem is not None:
+                errors.append(HandlerProblem(f"handler of kind {kind!r}", problem, SIGNATURE))
+        return found, errors
+
+
+# Stable system check ids of the handler problems (checks.py reports them).
+IMPORT = "django_intents.E004"
+NOT_CALLABLE = "django_intents.E005"
+SIGNATURE = "django_intents.E006"
+TWICE = "django_intents.E007"
+HINTS = {
+    IMPORT: "Check the dotted path: 'package.module.function', importable from this project.",
+    NOT_CALLABLE: "Point the path at the handler function itself, not at its module.",
+    SIGNATURE: "A handler is called as handler(intent, attempt): accept two arguments.",
+    TWICE: "Keep one of the two: the @handler decorator or the INTENTS['HANDLERS'] entry.",
+}
+
+
+@dataclass(frozen=True)
+class HandlerProblem:
+    """One broken handler; ``check_id`` is its stable system check id."""
+
+    obj: str
+    message: str
+    check_id: str
+
+    def __str__(self) -> str:
+        return f"{self.obj}: {self.message}"
+
+    @property
+    def hint(self) -> str:
+        return HINTS[self.check_id]
+
+
+def signature_problem(func: Callable[..., Any]) -> str | None:
+    """Say why ``func`` cannot be called as ``func(intent, attempt)``, or return ``None``.
+
+    A callable without a readable signature (some builtins and C extensions)
+    is given the benefit of the doubt: only a signature that is known to
+    refuse two positional arguments is an error.
+    """
+    try:
+        signature = inspect.signature(func)
+    except (TypeError, ValueError):
+        return None
+    try:
+        signature.bind(None, None)
+    except TypeError as exc:
+        return f"{describe(func)}{signature} cannot be called as (intent, attempt): {exc}"
+    return None
 
 
 registry = HandlerRegistry()
@@ -105,8 +187,59 @@ def handler(kind: str) -> Callable[[H], H]:
 def discover() -> dict[str, Handler]:
     """Import every installed app's ``handlers`` module and return kind -> handler.
 
-    Raises ``ImproperlyConfigured`` when a kind has two handlers or a dotted
-    path in ``INTENTS["HANDLERS"]`` does not import.
+    Raises ``ImproperlyConfigured`` when a kind has two handlers, a dotted path
+    in ``INTENTS["HANDLERS"]`` does not import or is not callable, or a handler
+    cannot take ``(intent, attempt)``.
     """
     autodiscover_modules("handlers")
-    return registry.resolve(dict(get_settings().handlers))
+    return registry.resolve(get_settings().handlers)
+
+
+def problems() -> list[HandlerProblem]:
+    """Every problem :func:`discover` would raise on, for ``manage.py check``."""
+    try:
+        autodiscover_modules("handlers")
+    except ImproperlyConfigured as exc:  # two @handler functions for one kind
+        return [HandlerProblem("@handler", str(exc), TWICE)]
+    return registry.collect(get_settings().handlers)[1]
+
+
+@functools.cache
+def known_kinds() -> frozenset[str]:
+    """The kinds enqueue accepts: handled in this project, or run by another service."""
+    autodiscover_modules("handlers")
+    settings = get_settings()
+    return registry.kinds() | frozenset(settings.handlers) | settings.external_kinds
+
+
+def check_kind(kind: str) -> None:
+    """Refuse ``kind`` unless something runs it; a typo would otherwise wait forever."""
+    if kind in known_kinds():
+        return
+    close = difflib.get_close_matches(kind, sorted(known_kinds()), n=1)
+    guess = f" (did you mean {close[0]!r}?)" if close else ""
+    raise ValueError(
+        f"unknown kind {kind!r}{guess}: no handler in this project runs it, so nothing "
+        f"would ever run the intent. Register one with @handler({kind!r}) in an app's "
+        f"handlers.py or in INTENTS['HANDLERS'], or, if another service runs this kind, "
+        f"list it in INTENTS['EXTERNAL_KINDS']."
+    )
+
+
+def unhandled(due: Mapping[str, int]) -> dict[str, int]:
+    """Of ``due`` (kind -> due intents), the kinds nothing runs: they would wait forever.
+
+    Such intents got past enqueue before their kind was checked (an older
+    release, a handler since removed, a raw insert); health checks and the
+    worker start name them.
+    """
+    known = known_kinds()
+    return {kind: n for kind, n in sorted(due.items()) if n and kind not in known}
+
+
+def _forget_known_kinds(*, setting: str, **kwargs: Any) -> None:
+    if setting in ("INTENTS", "INSTALLED_APPS"):
+        known_kinds.cache_clear()
+
+
+setting_changed.connect(_forget_known_kinds, dispatch_uid="django_intents.handlers.known")

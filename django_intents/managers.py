@@ -21,6 +21,7 @@ from . import states, validation
 from .backends import Backend, ClaimFilters, backend_for
 from .backends.base import MAX_LIMIT
 from .conf import get_settings
+from .handlers import check_kind
 from .identity import check_id, check_text
 from .retries import backoff, gives_up
 from .signals import intents_rescued, intents_transitioned
@@ -77,8 +78,13 @@ class IntentManager(models.Manager.from_queryset(IntentQuerySet)):  # type: igno
         id: str | None = None,
         now: datetime | None = None,
     ) -> str:
-        """Record an intent in the caller's transaction; a known id is left as it is."""
+        """Record an intent in the caller's transaction; a known id is left as it is.
+
+        A kind that no handler runs (and that ``INTENTS["EXTERNAL_KINDS"]`` does
+        not list) is refused with a ``ValueError``, like any other invalid argument.
+        """
         row = new_row(kind, event_id, target, payload, next_at, id, now_or(now))
+        check_kind(row["kind"])
         backend = self._backend()
         self._announce(states.State.PENDING, backend.insert([row]), backend)
         return str(row["id"])
@@ -91,6 +97,8 @@ class IntentManager(models.Manager.from_queryset(IntentQuerySet)):  # type: igno
         if isinstance(items, Mapping | str | bytes):
             raise TypeError("items must be an iterable of dicts, not a single value")
         rows = [item_row(index, item, now) for index, item in enumerate(items)]
+        for kind in {row["kind"] for row in rows}:
+            check_kind(kind)
         unique = list({row["id"]: row for row in reversed(rows)}.values())[::-1]
         backend = self._backend()
         with _atomic_if(len(unique) > INSERT_BATCH, backend.alias):

@@ -2,7 +2,9 @@
 
 The start-up line is the one an operator reads first when a pool misbehaves,
 so it names everything the pool was started with: database, kinds and their
-handlers, workers, lease, wake-up sources, grace, drain.
+handlers, workers, lease, wake-up sources, grace, drain. A warning follows when
+intents are due of kinds that no handler in this project runs: no pool will
+ever take them, and the operator reading this line is the one who can act.
 """
 
 from __future__ import annotations
@@ -10,9 +12,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
-from django.db import connections
+from django.db import DatabaseError, connections
 
-from .handlers import Handler, describe
+from .backlog import read_backlog
+from .handlers import Handler, describe, unhandled
 from .wakeup import Waker
 
 # The pool's logger: operators filter on one name for everything a pool says.
@@ -49,3 +52,20 @@ def log_start(
         grace,
         "; draining" if drain else "",
     )
+    warn_unhandled(using)
+
+
+def warn_unhandled(using: str) -> None:
+    """Warn about due intents of kinds nothing in this project runs (one grouped query)."""
+    try:
+        backlog = read_backlog(using=using)
+    except DatabaseError:
+        return  # the loop meets the outage and reports it; this is only a hint
+    orphans = unhandled({kind.kind: kind.due for kind in backlog.kinds})
+    if orphans:
+        log.warning(
+            "intents are due of kind(s) that no handler in this project runs: %s; no pool "
+            "will take them. Register a handler, list the kind in INTENTS['EXTERNAL_KINDS'] "
+            "if another service runs it, or cancel the intents",
+            ", ".join(f"{kind} ({n} due)" for kind, n in orphans.items()),
+        )

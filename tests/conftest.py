@@ -1,20 +1,24 @@
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from django.conf import settings
 from django.db import connection
+from django.test import override_settings
 
 from django_intents.models import Intent
+
+from . import settings as suite_settings
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 
 
 def pytest_report_header(config: pytest.Config) -> str:
-    from django.conf import settings
-
     return f"django-intents database: {settings.DATABASES['default']['ENGINE']}"
 
 
@@ -34,6 +38,24 @@ def enqueue(n: int = 1, kind: str = "webhook", **kwargs: Any) -> list[str]:
         Intent.objects.enqueue(kind, f"event-{i}", "https://example.com/hook", {"n": i}, **kwargs)
         for i in range(n)
     ]
+
+
+def intents(**keys: Any) -> dict[str, Any]:
+    """The suite's ``INTENTS`` with ``keys`` changed: an override keeps the declared kinds."""
+    return {**suite_settings.INTENTS, **keys}
+
+
+@contextlib.contextmanager
+def external_kinds(*kinds: str) -> Iterator[None]:
+    """Let enqueue accept ``kinds``, which no handler of this project runs.
+
+    For tests that hand a pool its handlers directly, or that enqueue made-up
+    kinds: they declare them as a project declares kinds another service runs.
+    """
+    current = settings.INTENTS
+    declared = [*current.get("EXTERNAL_KINDS", ()), *kinds]
+    with override_settings(INTENTS={**current, "EXTERNAL_KINDS": declared}):
+        yield
 
 
 def row(id: str) -> Intent:  # noqa: A002

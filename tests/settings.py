@@ -97,7 +97,13 @@ TEMPLATES = [
 STATIC_URL = "static/"
 # Admin tests log users in; the default hasher would make each one cost ~0.3 s.
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-INTENTS = {"LEASE": 30}
+# The kinds the manager, admin and metrics tests enqueue as plain labels. Nothing
+# in this project runs them, so enqueue would refuse them as typos; the suite
+# declares them the way a project declares kinds another service runs. Tests
+# that hand a pool its handlers directly declare their own kinds with
+# tests.conftest.external_kinds.
+EXTERNAL_KINDS = ["webhook", "job", "push", "delivery", "replication"]
+INTENTS = {"LEASE": 30, "EXTERNAL_KINDS": EXTERNAL_KINDS}
 # Django 6 has django.tasks built in; on 5.2 the django-tasks backport (a dev
 # dependency) is an app. Without it the rest of the suite still runs, and the
 # tests/test_tasks_*.py modules fail to import, loudly.

@@ -26,7 +26,7 @@ from django_intents.admin_actions import skipped_message
 from django_intents.humanize import relative, short_duration
 from django_intents.models import Intent
 
-from .conftest import T0, row, snapshot
+from .conftest import T0, external_kinds, row, snapshot
 
 pytestmark = pytest.mark.django_db
 
@@ -175,6 +175,7 @@ def test_changelist_shows_every_column(admin_client):
     assert "second line" not in shown.group(1)
 
 
+@external_kinds("<b>kind</b>")
 def test_changelist_escapes_what_intents_carry(admin_client):
     make("pending", kind="<b>kind</b>", event="e", error="<script>alert(1)</script>")
     html = admin_client.get(CHANGELIST).content.decode()
@@ -283,6 +284,7 @@ def test_summary_is_one_query(django_assert_num_queries):
         assert len(summary.kinds) == 4
 
 
+@external_kinds(*(f"k{i}" for i in range(7)))
 def test_changelist_queries_do_not_grow_with_rows_or_kinds(admin_client):
     def count() -> int:
         with CaptureQueriesContext(connection) as queries:

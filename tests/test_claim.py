@@ -6,7 +6,7 @@ import pytest
 from django_intents.backends import ClaimFilters, backend_for
 from django_intents.models import Intent
 
-from .conftest import T0, at, enqueue, row, snapshot
+from .conftest import T0, at, enqueue, intents, row, snapshot
 
 pytestmark = pytest.mark.django_db
 
@@ -32,7 +32,7 @@ def test_claim_sets_running_attempt_token_and_lease():
 
 
 def test_claim_default_lease_comes_from_settings(settings):
-    settings.INTENTS = {"LEASE": 7}
+    settings.INTENTS = intents(LEASE=7)
     enqueue()
     assert Intent.objects.claim(now=T0).claim_until == at(7)
 
@@ -135,7 +135,7 @@ def test_claim_many_refuses_a_bad_limit(limit):
 class TestMaxAttempts:
     @pytest.fixture(autouse=True)
     def _max(self, settings):
-        settings.INTENTS = {"MAX_ATTEMPTS": 2, "LEASE": 10}
+        settings.INTENTS = intents(MAX_ATTEMPTS=2, LEASE=10)
 
     def test_expired_lease_on_the_last_attempt_is_cancelled_not_reclaimed(self):
         [id] = enqueue()

@@ -5,26 +5,32 @@ from django.core.checks import run_checks
 from django.core.exceptions import ImproperlyConfigured
 
 from django_intents.conf import Retention, get_settings
+from django_intents.kinds import TASK_KIND
 
 
 def intents_errors():
     return [m for m in run_checks() if m.id.startswith("django_intents.")]
 
 
-def test_defaults_match_the_spec(settings):
+def test_defaults_match_the_spec(settings, request):
     del settings.INTENTS
+    # Deleting a setting sends no setting_changed: forget the suite's INTENTS by hand.
+    get_settings.cache_clear()
+    request.addfinalizer(get_settings.cache_clear)
     conf = get_settings()
     assert (conf.workers, conf.lease, conf.renew_interval, conf.poll_interval) == (4, 30, 10, 0.1)
     assert conf.max_attempts is None
     assert conf.handlers == {}
-    assert conf.metric_kinds == ("delivery", "push", "replication", "webhook", "job")
+    assert conf.metric_kinds == ("delivery", "push", "replication", "webhook", "job", TASK_KIND)
+    assert conf.external_kinds == frozenset()
     assert conf.retention is None
     assert intents_errors() == []
 
 
 def test_valid_settings_are_read(settings):
     settings.INTENTS = {
-        "HANDLERS": {"webhook": "shop.handlers.deliver"},
+        "HANDLERS": {"billing": "tests.testapp.handlers.dotted"},
+        "EXTERNAL_KINDS": ["billing.invoice"],
         "WORKERS": 8,
         "LEASE": 60,
         "RENEW": 5,
@@ -36,6 +42,7 @@ def test_valid_settings_are_read(settings):
     conf = get_settings()
     assert (conf.workers, conf.lease, conf.renew_interval, conf.max_attempts) == (8, 60, 5, 10)
     assert conf.retention == {"completed": Retention(timedelta(days=7), timedelta(days=90))}
+    assert conf.external_kinds == {"billing.invoice"}
     assert intents_errors() == []
 
 
@@ -61,6 +68,10 @@ def test_settings_cache_follows_override_settings(settings):
         ({"HANDLERS": ["webhook"]}, "HANDLERS", "django_intents.E001"),
         ({"HANDLERS": {"webhook": "nodots"}}, "HANDLERS", "django_intents.E001"),
         ({"METRIC_KINDS": "webhook"}, "METRIC_KINDS", "django_intents.E001"),
+        ({"EXTERNAL_KINDS": "billing"}, "EXTERNAL_KINDS", "django_intents.E001"),
+        ({"EXTERNAL_KINDS": ["billing", ""]}, "EXTERNAL_KINDS", "django_intents.E001"),
+        ({"EXTERNAL_KINDS": [7]}, "EXTERNAL_KINDS", "django_intents.E001"),
+        ({"EXTERNAL_KINDS": ["x" * 101]}, "EXTERNAL_KINDS", "django_intents.E001"),
         ({"RETENTION": {"pending": {"delete": timedelta(1)}}}, "RETENTION", "django_intents.E001"),
         ({"RETENTION": {"completed": {"delete": 5}}}, "RETENTION", "django_intents.E001"),
         (

@@ -41,10 +41,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from django_intents import intent_id
-from django_intents.identity import MAX_LENGTHS
+from django_intents.identity import MAX_LENGTHS, check_text
 from django_intents.models import Intent
 
-from .conftest import T0, at, snapshot
+from .conftest import T0, at, external_kinds, snapshot
 from .test_model_based import QueueModel, assert_matches, lease_of
 
 pytestmark = pytest.mark.django_db
@@ -288,9 +288,28 @@ class Rollback(Exception):
 
 
 @contextlib.contextmanager
+def declared(*kinds: Any) -> Iterator[None]:
+    """Declare every made-up kind that could be stored: these tests are about input, not typos.
+
+    A kind that no handler runs is refused unless declared; the tests of that
+    refusal are in test_enqueue_kinds.py.
+    """
+    with external_kinds(*(kind for kind in kinds if storable_kind(kind))):
+        yield
+
+
+def storable_kind(kind: Any) -> bool:
+    try:
+        check_text("kind", kind)
+    except ValueError:
+        return False
+    return True
+
+
+@contextlib.contextmanager
 def seeded_table() -> Iterator[QueueModel]:
     """Seed intents (one running) inside a savepoint that is always rolled back."""
-    with contextlib.suppress(Rollback), transaction.atomic():
+    with contextlib.suppress(Rollback), declared(*SEED_KINDS, "bulk"), transaction.atomic():
         model = QueueModel()
         for i, kind in enumerate(SEED_KINDS):
             item = {"kind": kind, "event_id": f"seed-{i}", "target": "t", "payload": {"i": i}}
@@ -369,7 +388,10 @@ def test_enqueue_stores_exactly_or_refuses_and_writes_nothing(
     with seeded_table() as model:
         before = snapshot()
         returned: list[str] = []
-        exc = refused(expected, lambda: returned.append(Intent.objects.enqueue(**item, now=now[0])))
+        with declared(kind[0]):
+            exc = refused(
+                expected, lambda: returned.append(Intent.objects.enqueue(**item, now=now[0]))
+            )
         if exc is not None:
             assert snapshot() == before
             texts = {"kind": kind[1], "event_id": event_id[1], "target": target[1]}
@@ -437,9 +459,10 @@ def test_enqueue_many_stores_the_batch_exactly_or_nothing_of_it(
         before = snapshot()
         returned: list[list[str]] = []
         passed = iter(items) if as_iterator else items
-        exc = refused(
-            expected, lambda: returned.append(Intent.objects.enqueue_many(passed, now=now[0]))
-        )
+        with declared(*(item.get("kind") for item in items if isinstance(item, dict))):
+            exc = refused(
+                expected, lambda: returned.append(Intent.objects.enqueue_many(passed, now=now[0]))
+            )
         if exc is not None:
             assert snapshot() == before
             return

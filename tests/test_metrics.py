@@ -30,14 +30,15 @@ from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
 from django_intents import metrics
+from django_intents.kinds import TASK_KIND
 from django_intents.models import Intent
 from django_intents.signals import attempt_finished
 
-from .conftest import T0, at
+from .conftest import T0, at, external_kinds, intents
 from .workerutil import Worker, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
-CONFIGURED = ("delivery", "push", "replication", "webhook", "job")
+CONFIGURED = ("delivery", "push", "replication", "webhook", "job", TASK_KIND)
 LABELS = {
     "django_intents_pending": {"kind"},
     "django_intents_oldest_due_age_seconds": {"kind"},
@@ -158,6 +159,7 @@ def test_children_of_the_configured_kinds_exist_before_any_work(client):
 # -- counters after a known sequence ---------------------------------------------------
 
 
+@external_kinds("mystery")
 @pytest.mark.django_db(transaction=True)
 def test_known_sequence_moves_exactly_the_expected_series(client):
     before = scrape(client)
@@ -282,6 +284,12 @@ def test_transitions_are_counted_when_committed_and_never_when_rolled_back():
     assert count() == start + 1
 
 
+def test_task_intents_keep_their_own_label_by_default():
+    assert metrics.kind_label(TASK_KIND) == TASK_KIND
+    assert metrics.kind_label("tenant-42-export") == "other"
+
+
+@external_kinds("tenant-42-export")
 @pytest.mark.django_db
 def test_unknown_kind_is_reported_as_other_everywhere(client, django_capture_on_commit_callbacks):
     before = scrape(client)
@@ -307,7 +315,8 @@ def test_metric_kinds_setting_decides_which_kinds_keep_their_label(
 ):
     before = scrape(client)
     with (
-        override_settings(INTENTS={"LEASE": 30, "METRIC_KINDS": ["tenant-export"]}),
+        override_settings(INTENTS=intents(METRIC_KINDS=["tenant-export"])),
+        external_kinds("tenant-export"),
         django_capture_on_commit_callbacks(execute=True),
     ):
         Intent.objects.enqueue("tenant-export", "e", "t", now=T0)
@@ -366,6 +375,7 @@ def test_attempt_finished_with_an_unknown_outcome_is_a_bug_not_a_new_series():
 # -- scrape-time gauges --------------------------------------------------------------------
 
 
+@external_kinds("mystery", "enigma")
 @pytest.mark.django_db
 def test_pending_gauge_counts_pending_rows_per_kind(client):
     now = timezone.now()
@@ -403,9 +413,11 @@ def test_pending_gauge_counts_pending_rows_per_kind(client):
         "other": 3,  # mystery and enigma, folded
         "delivery": 0,
         "replication": 0,
+        TASK_KIND: 0,
     }
 
 
+@external_kinds("mystery")
 @pytest.mark.django_db
 def test_oldest_due_age_measures_from_next_at_or_from_lease_expiry(client):
     now = timezone.now()
@@ -440,7 +452,7 @@ def test_oldest_due_age_measures_from_next_at_or_from_lease_expiry(client):
 @pytest.mark.django_db
 def test_gauges_are_read_by_one_grouped_query_and_cached(client):
     Intent.objects.enqueue("webhook", "one", "t")
-    with override_settings(INTENTS={"LEASE": 30, "GAUGE_CACHE": 1.0}):
+    with override_settings(INTENTS=intents(GAUGE_CACHE=1.0)):
         with CaptureQueriesContext(connection) as first:
             samples = scrape(client)
         assert len(first) == 1

@@ -35,7 +35,7 @@ from hypothesis.stateful import (
 from django_intents import backoff, intent_id
 from django_intents.models import Intent
 
-from .conftest import T0
+from .conftest import T0, intents
 
 EXAMPLES = int(os.environ.get("INTENTS_HYPOTHESIS_EXAMPLES", "50"))
 DEFAULT_LEASE = 30  # tests/settings.py: INTENTS = {"LEASE": 30}
@@ -372,7 +372,7 @@ class QueueMachine(RuleBasedStateMachine):
         if self.override is not None:
             self.override.disable()
         self.override = override_settings(
-            INTENTS={"LEASE": DEFAULT_LEASE, "MAX_ATTEMPTS": max_attempts}
+            INTENTS=intents(LEASE=DEFAULT_LEASE, MAX_ATTEMPTS=max_attempts)
         )
         self.override.enable()
         self.model.max_attempts = max_attempts

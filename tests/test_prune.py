@@ -18,7 +18,7 @@ from django.test.utils import CaptureQueriesContext
 from django_intents.models import Intent
 from django_intents.retention import prune
 
-from .conftest import T0, row, snapshot
+from .conftest import T0, intents, row, snapshot
 
 pytestmark = pytest.mark.django_db
 
@@ -35,7 +35,7 @@ def retention(settings: Any) -> Any:
     """Set ``INTENTS["RETENTION"]``; ``get_settings()`` is cleared by ``setting_changed``."""
 
     def apply(value: Any = DEFAULT) -> None:
-        settings.INTENTS = {"LEASE": 30, "RETENTION": value}
+        settings.INTENTS = intents(RETENTION=value)
 
     apply()
     return apply
@@ -251,7 +251,7 @@ def test_max_batches_reports_finished_when_the_work_fits(retention):
 
 
 def test_without_retention_nothing_happens(settings):
-    settings.INTENTS = {"LEASE": 30}
+    settings.INTENTS = intents()
     finished("completed", 10_000 * DAY, "e")
     before = snapshot()
     report = prune(now=T0)
@@ -347,7 +347,7 @@ def test_command_says_when_max_batches_stopped_it(retention):
 
 
 def test_command_without_retention(settings):
-    settings.INTENTS = {"LEASE": 30}
+    settings.INTENTS = intents()
     assert run() == "INTENTS['RETENTION'] is not set: every intent is kept.\n"
 
 

@@ -6,7 +6,7 @@ from django.db import transaction
 from django_intents import backoff
 from django_intents.models import Intent
 
-from .conftest import T0, at, enqueue, row, snapshot
+from .conftest import T0, at, enqueue, intents, row, snapshot
 
 pytestmark = pytest.mark.django_db
 
@@ -62,7 +62,7 @@ def test_retry_stores_unstorable_error_text_safely():
 
 
 def test_retry_at_max_attempts_cancels_and_keeps_the_error(settings):
-    settings.INTENTS = {"MAX_ATTEMPTS": 2}
+    settings.INTENTS = intents(MAX_ATTEMPTS=2)
     id, token = claimed()
     assert Intent.objects.retry(id, token, "one", now=at(1)) is True
     assert row(id).state == "pending"

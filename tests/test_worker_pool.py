@@ -27,10 +27,21 @@ from django_intents.models import Intent
 from django_intents.wakeup import Listener, listen_supported
 from django_intents.worker import WorkerPool
 
-from .conftest import row
+from .conftest import external_kinds, intents, row
 from .workerutil import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+# The kinds these pools run. Their handlers are handed to each pool, not
+# registered, so enqueue would refuse the kinds without this declaration.
+POOL_KINDS = ("p.block", "p.due", "p.fail", "p.fenced", "p.idle", "p.mine", "p.ok")
+POOL_KINDS += ("p.other", "p.patient", "p.quick", "p.slow", "p.stop", "p.watch", "f.first", "f.job")
+
+
+@pytest.fixture(autouse=True)
+def pool_kinds() -> Iterator[None]:
+    with external_kinds(*POOL_KINDS):
+        yield
 
 
 @pytest.fixture
@@ -333,7 +344,7 @@ def fake_retention(monkeypatch) -> list[dict[str, Any]]:
     return calls
 
 
-@override_settings(INTENTS={"RETENTION": {"completed": {"delete": timedelta(days=7)}}})
+@override_settings(INTENTS=intents(RETENTION={"completed": {"delete": timedelta(days=7)}}))
 def test_with_retention_set_the_pool_prunes_one_small_batch_at_a_time(background, fake_retention):
     running = background(pool({"p.idle": lambda intent, attempt: None}))
     wait_for(lambda: len(fake_retention) >= 2, "two prune calls")

@@ -24,7 +24,7 @@ from django_intents import backoff
 from django_intents.models import Intent
 from tests.testapp.models import Effect
 
-from .conftest import row, snapshot
+from .conftest import external_kinds, row, snapshot
 from .workerutil import Worker, wait_for
 
 SHORT = ["--lease", "1.5", "--renew", "0.3"]
@@ -71,6 +71,8 @@ def assert_due_now_and_unclaimed(id: str, before: object) -> None:  # noqa: A002
     assert before <= fresh.next_at <= timezone.now()
 
 
+# test.dotted is run by the worker's settings (tests/worker_settings.py), test.nobody by nothing.
+@external_kinds("test.dotted", "test.nobody")
 def test_drain_processes_a_mix_and_leaves_what_it_must_not_touch(start_worker):
     ok = [enqueue("test.ok", f"ok-{i}") for i in range(3)]
     dotted = enqueue("test.dotted")
@@ -109,6 +111,7 @@ def test_drain_processes_a_mix_and_leaves_what_it_must_not_touch(start_worker):
     assert connection.vendor in start
     assert "test.ok -> tests.testapp.handlers.ok" in start
     assert "test.dotted -> tests.testapp.handlers.dotted" in start
+    assert "no handler in this project runs: test.nobody (1 due)" in worker.log
     assert "3 worker(s)" in start
     assert "lease 30 s" in start
     assert "ValueError: boom 1; retry in" in worker.log

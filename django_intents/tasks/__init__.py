@@ -7,7 +7,7 @@ transaction, run by ``run_intent_workers``, read back with ``get_result``.
 See docs/django-tasks.md.
 """
 
+from ..kinds import TASK_KIND
 from .backend import IntentsBackend, IntentsTask, register_handler
-from .record import TASK_KIND
 
 __all__ = ["TASK_KIND", "IntentsBackend", "IntentsTask", "register_handler"]

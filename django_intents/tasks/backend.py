@@ -22,6 +22,7 @@ from django.utils import timezone
 
 from ..handlers import registry
 from ..identity import MAX_LENGTHS, check_text, intent_id
+from ..kinds import TASK_KIND
 from ..states import TERMINAL
 from .compat import (
     BaseTaskBackend,
@@ -34,7 +35,6 @@ from .compat import (
 )
 from .record import (
     STATUS,
-    TASK_KIND,
     MalformedRecord,
     TaskRecord,
     check_storable,

@@ -14,7 +14,8 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext as _
 
 from ..humanize import pre_json, truncated
-from .record import STATUS, TASK_KIND, MalformedRecord, TaskRecord
+from ..kinds import TASK_KIND
+from .record import STATUS, MalformedRecord, TaskRecord
 
 if TYPE_CHECKING:
     from ..models import Intent

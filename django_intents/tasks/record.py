@@ -21,9 +21,6 @@ from ..states import State
 from ..validation import check_json
 from .compat import InvalidTask, Task, TaskError, TaskResult, TaskResultStatus
 
-# The one kind every task intent has: the worker pool runs them all with one handler.
-TASK_KIND = "django.tasks"
-
 # A task retried for days would otherwise carry every traceback it ever raised.
 MAX_ERRORS = 10
 MAX_TRACEBACK = 20_000

@@ -2,7 +2,9 @@
 
 For container probes and cron alerts. It asks the one question that catches a
 dead pool, a pool too small for its load and a handler that blocks every
-worker alike: how long has the oldest due intent been waiting?
+worker alike: how long has the oldest due intent been waiting? And one that no
+pool can answer by working harder: are intents due of a kind that no handler
+in this project runs (and that ``INTENTS["EXTERNAL_KINDS"]`` does not list)?
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
-from ...backlog import read_backlog
+from ...backlog import Backlog, read_backlog
+from ...handlers import unhandled
 from ...states import State
 
 
@@ -30,7 +33,8 @@ def seconds(value: str) -> float:
 class Command(BaseCommand):
     help = (
         "Exit non-zero when the oldest due intent (pending and due, or running with an "
-        "expired lease) has waited longer than --max-age seconds."
+        "expired lease) has waited longer than --max-age seconds, or when intents are due "
+        "of a kind that no handler in this project runs."
     )
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
@@ -45,6 +49,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, max_age: float, **options: Any) -> None:
         now = timezone.now()
         backlog = read_backlog(now)
+        self.check_handled(backlog)
         pending = backlog.states[State.PENDING]
         waits = {k.kind: now - k.oldest_due for k in backlog.kinds if k.oldest_due is not None}
         if not waits:
@@ -63,3 +68,14 @@ class Command(BaseCommand):
                 returncode=1,
             )
         self.stdout.write(f"ok: {summary} (max age {max_age:g}s)")
+
+    def check_handled(self, backlog: Backlog) -> None:
+        orphans = unhandled({kind.kind: kind.due for kind in backlog.kinds})
+        if orphans:
+            named = ", ".join(f"{kind!r} ({n} due)" for kind, n in orphans.items())
+            raise CommandError(
+                f"unhandled: intents are due of kind(s) that no handler in this project runs: "
+                f"{named}. Register a handler for each kind, list it in "
+                "INTENTS['EXTERNAL_KINDS'] if another service runs it, or cancel the intents.",
+                returncode=1,
+            )

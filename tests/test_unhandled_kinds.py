@@ -1,0 +1,91 @@
+"""Due intents of a kind nothing runs: health fails on them, the worker start names them.
+
+Enqueue refuses such kinds now, but intents can predate that (an older
+release, a handler since removed): here they are written while the kind is
+declared external, and looked at once it no longer is.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from django_intents.models import Intent
+from django_intents.worker import WorkerPool
+
+from .conftest import external_kinds, snapshot
+from .test_health import health
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def orphan(kind: str, event_id: str, seconds_ago: float = 5) -> str:
+    """Enqueue an intent of ``kind`` while it is declared, so nothing runs it afterwards."""
+    when = timezone.now() - timedelta(seconds=seconds_ago)
+    with external_kinds(kind):
+        return Intent.objects.enqueue(kind, event_id, "t", next_at=when, now=when)
+
+
+def test_health_fails_naming_due_kinds_that_no_handler_runs(capsys):
+    orphan("webhok", "a")
+    orphan("webhok", "b")
+    orphan("legacy.sync", "c")
+    Intent.objects.enqueue("webhook", "fine", "t")
+    before = snapshot()
+    code, out, err = health(capsys=capsys)
+    assert code == 1
+    assert out == ""
+    assert "'legacy.sync' (1 due), 'webhok' (2 due)" in err
+    assert "INTENTS['EXTERNAL_KINDS']" in err
+    assert snapshot() == before
+
+
+def test_health_ignores_an_unhandled_kind_that_is_not_due_yet(capsys):
+    orphan("webhok", "later", seconds_ago=-3600)
+    code, out, _ = health(capsys=capsys)
+    assert code == 0
+    assert out.startswith("ok: nothing is due")
+
+
+def test_health_accepts_due_intents_of_an_external_kind(capsys):
+    orphan("billing.invoice", "a")
+    with external_kinds("billing.invoice"):
+        code, out, _ = health(capsys=capsys)
+    assert code == 0
+    assert "kind 'billing.invoice'" in out
+
+
+def test_the_worker_start_warns_naming_due_kinds_that_no_handler_runs(caplog):
+    orphan("webhok", "a")
+    ok = Intent.objects.enqueue("test.ok", "b", "t")
+    pool = WorkerPool(
+        handlers={"test.ok": lambda intent, attempt: None},
+        workers=1,
+        poll_interval=0.05,
+        drain=True,
+        handle_signals=False,
+    )
+    with caplog.at_level(logging.INFO, logger="django_intents.worker"):
+        assert pool.run() == 0
+    [warning] = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert "no handler in this project runs: webhok (1 due)" in warning.getMessage()
+    assert "test.ok" not in warning.getMessage()
+    assert Intent.objects.get(pk=ok).state == Intent.State.COMPLETED
+
+
+def test_the_worker_start_does_not_warn_about_kinds_other_pools_run(caplog):
+    # test.sleepy has a handler in this project; this pool only runs test.ok.
+    Intent.objects.enqueue("test.sleepy", "a", "t", {"seconds": 0})
+    pool = WorkerPool(
+        handlers={"test.ok": lambda intent, attempt: None},
+        workers=1,
+        poll_interval=0.05,
+        drain=True,
+        handle_signals=False,
+    )
+    with caplog.at_level(logging.INFO, logger="django_intents.worker"):
+        assert pool.run() == 0
+    assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
