@@ -56,6 +56,11 @@ class Drain:
         self._deadline: float | None = None
         self._timed_out = False
 
+    def describe(self) -> str:
+        """How the start-up line names the mode: ``"draining"``, ``"until empty"`` or ``""``."""
+        mode = "until empty" if self._empty else "draining" if self.enabled else ""
+        return f"{mode}, timeout {self._timeout:g} s" if self._timeout is not None else mode
+
     def start(self) -> None:
         """Start the clock of the timeout."""
         if self._timeout is not None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-# SPEC §2: the column sizes are part of the contract, so they live here and the
+# The column sizes are part of the public contract, so they live here and the
 # model reads them from here.
 MAX_LENGTHS = {"kind": 100, "event_id": 255, "target": 2048}
 ID_LENGTH = 64

@@ -1,4 +1,4 @@
-"""Reads on the QuerySet, transitions on the manager: one method per SPEC §3 verb.
+"""Reads on the QuerySet, transitions on the manager: one method per verb of the queue.
 
 The manager checks its arguments (a refused call writes nothing), asks the
 backend of its connection (``backends/``) to run the one guarded statement

@@ -1,4 +1,4 @@
-"""Prometheus metrics (SPEC §6): defined once here, fed by signal receivers.
+"""Prometheus metrics: defined once here, fed by signal receivers.
 
 Counters and histograms live on ``prometheus_client``'s default registry, so
 django-prometheus's ``/metrics`` view exports them from the web process and

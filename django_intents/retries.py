@@ -13,7 +13,7 @@ from datetime import timedelta
 MAX_DELAY_SECONDS = 3600
 
 
-def backoff(id: str, attempts: int) -> timedelta:  # noqa: A002 - SPEC §3 names it ``id``
+def backoff(id: str, attempts: int) -> timedelta:  # noqa: A002 - the public name
     """Return the delay before retry number ``attempts`` of intent ``id``.
 
     The jitter comes from the id, not a random source, so two workers (or a test)

@@ -31,7 +31,7 @@ def log_start(
     renew: float,
     poll: float,
     grace: float,
-    drain: bool,
+    drain: str,
     waker: Waker | None,
 ) -> None:
     connection = connections[using]
@@ -50,7 +50,7 @@ def log_start(
         wakeups,
         poll,
         grace,
-        "; draining" if drain else "",
+        f"; {drain}" if drain else "",
     )
     warn_unhandled(using)
 

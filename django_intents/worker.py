@@ -160,7 +160,7 @@ class WorkerPool:
                 renew=self._renew,
                 poll=self._poll,
                 grace=self._grace,
-                drain=self._drain.enabled,
+                drain=self._drain.describe(),
                 waker=listener,
             )
             with self._shutdown.signals_handled(self._handle_signals):

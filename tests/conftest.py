@@ -2,8 +2,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sqlite3
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -79,3 +81,23 @@ if os.environ.get("CI"):
 
     hypothesis_settings.register_profile("ci", derandomize=True, database=None)
     hypothesis_settings.load_profile("ci")
+
+
+@pytest.fixture
+def empty_database(transactional_db: None, tmp_path: Path) -> Iterator[str]:
+    """The ``NAME`` of a database that exists but has no tables of ours."""
+    if connection.vendor == "sqlite":
+        path = tmp_path / "other-app.sqlite3"
+        with sqlite3.connect(path) as other:
+            other.execute("CREATE TABLE other_app_thing (id integer)")
+        other.close()
+        yield str(path)
+        return
+    name = f"{connection.settings_dict['NAME']}_empty"
+    quoted = connection.ops.quote_name(name)
+    with connection.cursor() as cursor:
+        cursor.execute(f"DROP DATABASE IF EXISTS {quoted}")
+        cursor.execute(f"CREATE DATABASE {quoted}")
+    yield name
+    with connection.cursor() as cursor:
+        cursor.execute(f"DROP DATABASE IF EXISTS {quoted}")

@@ -9,10 +9,14 @@ transaction the close would throw away.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import urllib.error
 import urllib.request
 from collections.abc import Callable
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from django.core.management import call_command, execute_from_command_line
@@ -21,6 +25,8 @@ from django.utils import timezone
 
 from django_intents import metrics
 from django_intents.models import Intent
+
+from .conftest import snapshot
 
 
 def ago(seconds: float):
@@ -149,3 +155,28 @@ def test_healthz_answers_503_when_the_callable_raises(caplog):
     finally:
         server.close()
     assert "health check raised" in caplog.text
+
+
+@pytest.mark.django_db(transaction=True)
+def test_health_on_a_database_never_migrated_names_migrate_instead_of_a_traceback(
+    empty_database,
+):
+    before = snapshot()
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "tests.unmigrated_settings",
+        "INTENTS_TEST_UNMIGRATED": empty_database,
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "django", "intents_health"],
+        env=env,
+        cwd=Path(__file__).resolve().parent.parent,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 1, done.stderr
+    assert "the intents table does not exist: run `manage.py migrate`" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert snapshot() == before

@@ -8,12 +8,10 @@ Leases are 1-2 s and every wait has a timeout.
 from __future__ import annotations
 
 import signal
-import sqlite3
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -395,26 +393,6 @@ def test_metrics_port_serves_health_and_handler_metrics(start_worker):
 
 
 # -- before migrate ----------------------------------------------------------------
-
-
-@pytest.fixture
-def empty_database(transactional_db: None, tmp_path: Path) -> Iterator[str]:
-    """The ``NAME`` of a database that exists but has no tables of ours."""
-    if connection.vendor == "sqlite":
-        path = tmp_path / "other-app.sqlite3"
-        with sqlite3.connect(path) as other:
-            other.execute("CREATE TABLE other_app_thing (id integer)")
-        other.close()
-        yield str(path)
-        return
-    name = f"{connection.settings_dict['NAME']}_empty"
-    quoted = connection.ops.quote_name(name)
-    with connection.cursor() as cursor:
-        cursor.execute(f"DROP DATABASE IF EXISTS {quoted}")
-        cursor.execute(f"CREATE DATABASE {quoted}")
-    yield name
-    with connection.cursor() as cursor:
-        cursor.execute(f"DROP DATABASE IF EXISTS {quoted}")
 
 
 def assert_refused_before_migrate(worker: Worker, where: str) -> None:

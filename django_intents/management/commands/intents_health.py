@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from ...backlog import Backlog, read_backlog
 from ...handlers import unhandled
+from ...schema import require_table
 from ...states import State
 
 
@@ -47,6 +48,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, max_age: float, **options: Any) -> None:
+        require_table()
         now = timezone.now()
         backlog = read_backlog(now)
         self.check_handled(backlog)
