@@ -36,6 +36,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 # registered, so enqueue would refuse the kinds without this declaration.
 POOL_KINDS = ("p.block", "p.due", "p.fail", "p.fenced", "p.idle", "p.mine", "p.ok")
 POOL_KINDS += ("p.other", "p.patient", "p.quick", "p.slow", "p.stop", "p.watch", "f.first", "f.job")
+POOL_KINDS += ("p.later", "p.x")
 
 
 @pytest.fixture(autouse=True)
