@@ -55,6 +55,7 @@ class Drain:
         self.ends_on_claim = due and not empty
         self._deadline: float | None = None
         self._timed_out = False
+        self._unrecorded = 0
 
     def describe(self) -> str:
         """How the start-up line names the mode: ``"draining"``, ``"until empty"`` or ``""``."""
@@ -101,14 +102,28 @@ class Drain:
             return math.inf
         return self._deadline
 
+    def unrecorded(self, count: int = 1) -> None:
+        """Count attempts whose result the database never took: a drain must not end with 0."""
+        self._unrecorded += count
+
     def status(self) -> int:
-        """The exit status of a pool that stopped by itself: 1 after a timeout, saying what is left.
+        """The exit status of a pool that stopped by itself, saying why when it is 1.
+
+        1 when a result could not be recorded (its intent stays running until
+        the lease expires), or after a timeout, naming what is left.
 
         Read after the release, so an intent that was running counts where it
         ended: pending again, or still running elsewhere.
         """
+        lost = self.enabled and self._unrecorded > 0
+        if lost:
+            log.error(
+                "%d attempt result(s) could not be recorded; those intents stay running "
+                "until their leases expire, then run again",
+                self._unrecorded,
+            )
         if not self._timed_out:
-            return 0
+            return 1 if lost else 0
         try:
             left = [k for k in read_backlog(using=self._using).kinds if k.kind in self._kinds]
         except DatabaseFailure as exc:

@@ -11,6 +11,9 @@ tells the loop about it on ``finished``, in this order:
   ``cancel_claim`` for ``Stop``, ``release`` for a handler that gave up at
   shutdown), then says how it ended.
 - an ``Outcome`` alone: the claim was lost before the handler started.
+- ``RECORDING``, then ``UNRECORDED``: the database stayed away past
+  ``DB_ERROR_TIMEOUT`` and the result was never recorded; the intent stays
+  ``running`` until its lease expires, and a drain ends with status 1.
 
 ``RECORDING`` is put on the queue *before* the transition is sent, so when
 the loop sees a renewal refused because that transition committed, the
@@ -53,6 +56,7 @@ class Progress(StrEnum):
 
     RECORDING = "recording"  # the handler returned; this thread records the result now
     COMPLETING = "completing"  # a success, for the loop to record with the others
+    UNRECORDED = "unrecorded"  # the result could not be recorded: the lease will expire
 
 
 @dataclass(eq=False)
@@ -125,10 +129,10 @@ class Executor:
             finished.put((claim, Progress.COMPLETING))
             return
         finished.put((claim, Progress.RECORDING))
-        outcome = self._record(claim, outcome, cause)
-        send_finished(claim, outcome)
+        recorded = self._record(claim, outcome, cause)
+        send_finished(claim, outcome if recorded is None else recorded)
         close_old_connections()
-        finished.put((claim, outcome))
+        finished.put((claim, Progress.UNRECORDED if recorded is None else recorded))
 
     def _call(self, claim: Claim) -> tuple[Outcome, str | None]:
         """Run the handler; return its outcome and, for a failure, the error text."""
@@ -152,8 +156,11 @@ class Executor:
         claim.duration = time.monotonic() - started
         return result
 
-    def _record(self, claim: Claim, outcome: Outcome, cause: str | None) -> Outcome:
-        """Apply the fenced transition for ``outcome``; return what really happened."""
+    def _record(self, claim: Claim, outcome: Outcome, cause: str | None) -> Outcome | None:
+        """Apply the fenced transition for ``outcome``; return what really happened.
+
+        ``None``: the database stayed away and nothing was recorded.
+        """
         attempt, intent = claim.attempt, claim.intent
         if attempt.completed:
             if outcome is not Outcome.SUCCESS:
@@ -169,7 +176,10 @@ class Executor:
         manager, id, token = self._manager, intent.id, intent.claim_token
         if outcome is Outcome.FENCED:
             # ClaimLost while the claim still holds: the handler gave up at shutdown.
-            if self._transition(claim, functools.partial(manager.release, id, token)):
+            released = self._transition(claim, functools.partial(manager.release, id, token))
+            if released is None:
+                return None
+            if released:
                 log.info("%s: handler stopped for shutdown; released, due now", claim.name)
             return Outcome.FENCED
         transition = {
@@ -179,6 +189,8 @@ class Executor:
             Outcome.STOPPED: functools.partial(manager.cancel_claim, id, token, cause),
         }[outcome]
         done = self._transition(claim, transition)
+        if done is None:
+            return None
         if done is False:
             if cause is not None:
                 log.warning(

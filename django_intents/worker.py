@@ -134,7 +134,10 @@ class WorkerPool:
     # -- public ----------------------------------------------------------------
 
     def run(self) -> int:
-        """Run the pool; return 0 after a stop or a drain, 1 after an outage or a timeout."""
+        """Run the pool; return 0 after a stop or a drain, 1 after an outage or a timeout.
+
+        A drain also returns 1 when a result could not be recorded.
+        """
         self._drain.start()
         self._liveness.start()
         self._housekeeping.start()
@@ -324,6 +327,9 @@ class WorkerPool:
             if message is Progress.COMPLETING:
                 self._leases.finishing(claim)
                 self._completer.add(claim)
+            elif message is Progress.UNRECORDED:
+                self._leases.drop(claim)
+                self._drain.unrecorded()
             else:
                 self._leases.drop(claim)
                 self._housekeeping.count(message)
@@ -363,4 +369,5 @@ class WorkerPool:
                     len(self._completer),
                     cause_text(exc),
                 )
+                self._drain.unrecorded(len(self._completer))
         self._shutdown.release_unfinished(self._leases, self._collect)

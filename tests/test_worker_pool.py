@@ -337,6 +337,27 @@ def test_database_errors_past_the_timeout_end_the_run_with_status_1(
     assert "OperationalError: database down (test)" in errors[0].getMessage()
 
 
+def test_a_drain_whose_results_could_not_be_recorded_exits_1_saying_how_many(
+    background, monkeypatch, caplog
+):
+    def unreachable(self, *args, **kwargs):
+        raise OperationalError("database down (test)")
+
+    def fail(intent, attempt):
+        raise RuntimeError("partner down")
+
+    monkeypatch.setattr(IntentManager, "retry", unreachable)
+    (id,) = enqueue("p.fail")
+    running = background(pool({"p.fail": fail}, drain=True, db_error_timeout=0.5))
+
+    assert running.join(20) == 1
+    intent = row(id)
+    # Not recorded: still running under the lease it had, for another pool to rescue.
+    assert (intent.state, intent.attempts, intent.last_error) == (Intent.State.RUNNING, 1, "")
+    errors = [record.getMessage() for record in caplog.records if record.levelname == "ERROR"]
+    assert any("1 attempt result(s) could not be recorded" in m for m in errors), errors
+
+
 @pytest.fixture
 def fake_retention(monkeypatch) -> list[dict[str, Any]]:
     calls: list[dict[str, Any]] = []
