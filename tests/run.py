@@ -103,6 +103,18 @@ def mysql_headers_present() -> bool:
     return bool(shutil.which("mysql_config") or shutil.which("mariadb_config"))
 
 
+def pip_install(venv: Path) -> list[str]:
+    """``pip install``, quietly, with ``venv``'s own interpreter."""
+    return [
+        str(venv / "bin" / "python"),
+        "-m",
+        "pip",
+        "install",
+        "-q",
+        "--disable-pip-version-check",
+    ]
+
+
 def setup_venv(version: str, python: str, with_mysql: bool) -> Path:
     spec, name, _ = DJANGO[version]
     venv = ROOT / name
@@ -113,14 +125,7 @@ def setup_venv(version: str, python: str, with_mysql: bool) -> Path:
     say(f"setting up {name} ({spec}) with {python}")
     if not (venv / "bin" / "python").exists():
         subprocess.run([python, "-m", "venv", str(venv)], check=True)
-    pip = [
-        str(venv / "bin" / "python"),
-        "-m",
-        "pip",
-        "install",
-        "-q",
-        "--disable-pip-version-check",
-    ]
+    pip = pip_install(venv)
     subprocess.run([*pip, "--upgrade", "pip>=25.1"], check=True)
     extras = "postgres,mysql" if with_mysql else "postgres"
     subprocess.run([*pip, "-e", f".[{extras}]", "--group", "dev", spec], check=True, cwd=ROOT)
@@ -291,15 +296,7 @@ def tool_venv(name: str) -> tuple[Path | None, str | None]:
     say(f"setting up {name}: {wanted}")
     if not (venv / "bin" / "python").exists():
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    pip = [
-        str(venv / "bin" / "python"),
-        "-m",
-        "pip",
-        "install",
-        "-q",
-        "--disable-pip-version-check",
-    ]
-    subprocess.run([*pip, "--upgrade", *TOOL_VENVS[name]], check=True)
+    subprocess.run([*pip_install(venv), "--upgrade", *TOOL_VENVS[name]], check=True)
     stamp.write_text(wanted)
     return venv, None
 

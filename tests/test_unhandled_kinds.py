@@ -58,9 +58,8 @@ def test_health_accepts_due_intents_of_an_external_kind(capsys):
     assert "kind 'billing.invoice'" in out
 
 
-def test_the_worker_start_warns_naming_due_kinds_that_no_handler_runs(caplog):
-    orphan("webhok", "a")
-    ok = Intent.objects.enqueue("test.ok", "b", "t")
+def drain_test_ok_only(caplog) -> None:
+    """Drain a pool that runs only ``test.ok``, capturing what it logs."""
     pool = WorkerPool(
         handlers={"test.ok": lambda intent, attempt: None},
         workers=1,
@@ -70,6 +69,12 @@ def test_the_worker_start_warns_naming_due_kinds_that_no_handler_runs(caplog):
     )
     with caplog.at_level(logging.INFO, logger="django_intents.worker"):
         assert pool.run() == 0
+
+
+def test_the_worker_start_warns_naming_due_kinds_that_no_handler_runs(caplog):
+    orphan("webhok", "a")
+    ok = Intent.objects.enqueue("test.ok", "b", "t")
+    drain_test_ok_only(caplog)
     [warning] = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert "no handler in this project runs: webhok (1 due)" in warning.getMessage()
     assert "test.ok" not in warning.getMessage()
@@ -79,13 +84,5 @@ def test_the_worker_start_warns_naming_due_kinds_that_no_handler_runs(caplog):
 def test_the_worker_start_does_not_warn_about_kinds_other_pools_run(caplog):
     # test.sleepy has a handler in this project; this pool only runs test.ok.
     Intent.objects.enqueue("test.sleepy", "a", "t", {"seconds": 0})
-    pool = WorkerPool(
-        handlers={"test.ok": lambda intent, attempt: None},
-        workers=1,
-        poll_interval=0.05,
-        drain=True,
-        handle_signals=False,
-    )
-    with caplog.at_level(logging.INFO, logger="django_intents.worker"):
-        assert pool.run() == 0
+    drain_test_ok_only(caplog)
     assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []

@@ -174,14 +174,19 @@ def stopping_line(log: str) -> str:
     return next(line for line in log.splitlines() if "stopping" in line)
 
 
-def test_the_stop_line_says_attempts_were_asked_to_stop_not_intents_cancelled(start_worker):
+def sigterm_a_handler_that_ignores_cancelled(start_worker, grace: str) -> tuple[str, Worker]:
+    """Start a worker on a handler that ignores ``cancelled``, SIGTERM it, wait for its exit."""
     id = enqueue("test.sleepy", payload={"on_cancel": "ignore"})
-    worker = start_worker(*SHORT, "--grace", "0.5")
+    worker = start_worker(*SHORT, "--grace", grace)
     wait_for(lambda: has_note(id, "start 1"), "the handler to start")
-
     worker.signal(signal.SIGTERM)
-
     worker.assert_clean_exit(timeout=15)
+    return id, worker
+
+
+def test_the_stop_line_says_attempts_were_asked_to_stop_not_intents_cancelled(start_worker):
+    id, worker = sigterm_a_handler_that_ignores_cancelled(start_worker, "0.5")
+
     line = stopping_line(worker.log)
     assert "1 running attempt(s) asked to stop (attempt.cancelled set)" in line
     assert "released, their intents back to pending, due now" in line
@@ -190,14 +195,9 @@ def test_the_stop_line_says_attempts_were_asked_to_stop_not_intents_cancelled(st
 
 
 def test_sigterm_with_a_handler_ignoring_cancelled_releases_it_after_the_grace(start_worker):
-    id = enqueue("test.sleepy", payload={"on_cancel": "ignore"})
-    worker = start_worker(*SHORT, "--grace", "1")
-    wait_for(lambda: has_note(id, "start 1"), "the handler to start")
     before = timezone.now()
+    id, worker = sigterm_a_handler_that_ignores_cancelled(start_worker, "1")
 
-    worker.signal(signal.SIGTERM)
-
-    worker.assert_clean_exit(timeout=15)
     assert_due_now_and_unclaimed(id, before)
     assert "released, due now" in worker.log
     assert not has_note(id, "done")
