@@ -75,6 +75,12 @@ class Recorder:
 
     def add(self, claim: Claim) -> Outcome | None:
         """Take a finished claim; return its outcome at once when there is nothing to record."""
+        outcome = self._settled(claim)
+        if outcome is not None:
+            send_finished(claim, outcome)
+        return outcome
+
+    def _settled(self, claim: Claim) -> Outcome | None:
         attempt = claim.attempt
         if attempt.completed:
             if claim.outcome is not Outcome.SUCCESS:

@@ -40,7 +40,7 @@ from .conf import get_settings
 from .demand import ClaimGroup, Demand
 from .drain import Drain
 from .eventloop import EventLoop
-from .execution import Claim, Executor, Finished, Jobs, is_async, send_finished
+from .execution import Claim, Executor, Finished, Jobs, is_async, needs_event_loop, resolve
 from .floor import ClaimFloor
 from .handlers import Handler
 from .housekeeping import Housekeeping, Liveness
@@ -91,8 +91,7 @@ class WorkerPool:
         self._concurrency = settings.concurrency if concurrency is None else concurrency
         awaited = {kind for kind, h in self._handlers.items() if is_async(h)}
         self._groups = [
-            ClaimGroup(kinds=[k for k in self._kinds if k not in awaited], awaited=False),
-            ClaimGroup(kinds=[k for k in self._kinds if k in awaited], awaited=True),
+            ClaimGroup([k for k in self._kinds if (k in awaited) is a], a) for a in (False, True)
         ]
         self._lease = settings.lease if lease is None else lease
         if renew is None:
@@ -122,7 +121,8 @@ class WorkerPool:
         self._jobs: Jobs = queue.SimpleQueue()
         self._finished: Finished = queue.SimpleQueue()
         self._executor = Executor(using=self._using)
-        self._eventloop = EventLoop(self._finished, self._alarm.ring) if awaited else None
+        loop = needs_event_loop(self._handlers.values())
+        self._eventloop = EventLoop(self._finished, self._alarm.ring) if loop else None
         self._liveness = Liveness(self._poll)
         self._leases = LeaseTable(
             self._manager, lease=self._lease, renew=self._renew, reached=self._liveness.reached
@@ -295,7 +295,7 @@ class WorkerPool:
             Claim(
                 intent=intent,
                 attempt=Attempt(intent, using=self._using),
-                handler=self._handlers[intent.kind],
+                handler=resolve(self._handlers[intent.kind], intent),
                 awaited=group.awaited,
             )
             for intent in intents
@@ -304,13 +304,15 @@ class WorkerPool:
             # A stop arrived while the claim was in flight: hand them back unstarted.
             self._shutdown.release(claims, started=False)
             return 0
+        awaited = []
         for claim in claims:
             self._leases.add(claim, sent=sent)
-        if self._eventloop is not None and group.awaited:
-            self._eventloop.submit(claims)
-        else:
-            for claim in claims:
+            if self._eventloop is not None and is_async(claim.handler):
+                awaited.append(claim)
+            else:
                 self._jobs.put(claim)
+        if awaited and self._eventloop is not None:
+            self._eventloop.submit(awaited)
         return len(claims)
 
     def _room(self, group: ClaimGroup) -> int:
@@ -348,7 +350,6 @@ class WorkerPool:
             self._leases.returned(claim)
             outcome = self._recorder.add(claim)
             if outcome is not None:  # nothing to record: it was lost, or atomic() completed it
-                send_finished(claim, outcome)
                 self._leases.drop(claim)
                 self._housekeeping.count(outcome)
 
