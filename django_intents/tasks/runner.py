@@ -21,8 +21,10 @@ import inspect
 import logging
 import os
 import socket
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, NoReturn, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, NoReturn, ParamSpec, Protocol, TypeVar, runtime_checkable
 
 from asgiref.sync import sync_to_async
 from django.core.exceptions import ImproperlyConfigured
@@ -54,6 +56,8 @@ if TYPE_CHECKING:
     from ..models import Intent
 
 log = logging.getLogger(__name__)
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 @runtime_checkable
@@ -86,23 +90,33 @@ async def run_task_async(intent: Intent, attempt: Attempt) -> None:
 
     The task is awaited where it runs, not wrapped in a per-task
     ``async_to_sync``; the runner's own writes (its start, its outcome, the
-    completion) go through ``sync_to_async``, one thread and one connection
-    for every async task of the process.
+    completion) go to one thread (``_written``), so one connection serves
+    every async task of the process.
     """
     attempt.check()
     try:
-        backend, task, record, result = await sync_to_async(_start)(intent)
+        backend, task, record, result = await _written(_start)(intent)
         try:
             value = await task.acall(*_arguments(task, record, result), **record.kwargs)
         except asyncio.CancelledError:
             raise  # the claim was lost: nothing of this attempt may be written
         except BaseException as exc:  # noqa: B036 - a task's exit or interrupt fails the task
             final = _is_final(exc, intent, backend)
-            await sync_to_async(_failed_with)(intent, backend, task, record, exc, final=final)
-        await sync_to_async(_succeeded)(intent, attempt, backend, task, record, value)
+            await _written(_failed_with)(intent, backend, task, record, exc, final=final)
+        await _written(_succeeded)(intent, attempt, backend, task, record, value)
     finally:
         # That thread's connection follows CONN_MAX_AGE, as a worker thread's does.
-        await sync_to_async(close_old_connections)()
+        await _written(close_old_connections)()
+
+
+# The thread of the runner's own writes for async tasks. Not Django's
+# thread-sensitive one: inside async_to_sync (a pool drained from an async
+# test, say) that is the caller's thread, which is waiting for the pool.
+_WRITER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="intents-task-writes")
+
+
+def _written(func: Callable[P, R]) -> Callable[P, Awaitable[R]]:
+    return sync_to_async(func, thread_sensitive=False, executor=_WRITER)
 
 
 def for_intent(intent: Intent) -> Handler:
