@@ -14,6 +14,10 @@ Workloads (docs/benchmarks.md says what each measures and why):
 - large table: the 4-worker drain with 500,000 churned finished rows present;
 - crash: SIGKILL a worker mid-job, time until another worker starts it
   (django-intents only; default and short lease);
+- io: jobs that wait 100 ms (sync and async, a timer and a real local HTTP
+  server), then the same with every call failing; jobs/s, peak server
+  connections, worker CPU and RSS, and a check of every job's final state
+  (``bench/io_workload.py``);
 - ceiling: pgbench, one-row UPDATE per transaction, on the same PostgreSQL.
 
 Each (system, database) pair runs in its own process (``bench/suite.py``) with
@@ -41,6 +45,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench import io_report  # noqa: E402
 from bench.suite import _pythonpath  # noqa: E402
 from bench.systems import PACKAGES  # noqa: E402
 
@@ -67,6 +72,13 @@ FULL = {
     "leases": [None, 2.0],
     "pgbench_seconds": 5,
     "large_timeout": 20,
+    "io": 20000,
+    "io_delay": 0.1,
+    "io_workers": 1024,
+    "io_concurrency": 1000,
+    "io_peer": 2000,
+    "io_tasks_db_processes": 16,
+    "io_timeout": 120,
 }
 QUICK = {
     **FULL,
@@ -78,8 +90,14 @@ QUICK = {
     "leases": [1.0],
     "pgbench_seconds": 2,
     "large_timeout": 30,
+    "io": 300,
+    "io_workers": 50,
+    "io_concurrency": 50,
+    "io_peer": 100,
+    "io_tasks_db_processes": 4,
+    "io_timeout": 60,
 }
-WORKLOADS = ["enqueue", "drain", "latency", "large", "crash"]
+WORKLOADS = ["enqueue", "drain", "latency", "large", "crash", "io"]
 
 
 def main() -> int:
@@ -98,6 +116,11 @@ def main() -> int:
         "dead rows stay until VACUUM, since churning 500,000 rows per system elsewhere "
         "adds minutes; with --quick, every database)",
     )
+    parser.add_argument(
+        "--io-db",
+        help="databases the io workload runs on (default: postgresql, where the targets "
+        "are set; with --quick, every database)",
+    )
     parser.add_argument("--json", type=Path, help="write every figure to this file")
     args = parser.parse_args()
     dbs = [db for db in args.db.split(",") if db]
@@ -113,6 +136,7 @@ def main() -> int:
         **(QUICK if args.quick else FULL),
         "workloads": args.workloads.split(","),
         "large_dbs": args.large_db.split(",") if args.large_db else large_default,
+        "io_dbs": args.io_db.split(",") if args.io_db else large_default,
     }
     missing = [p for p in peers if not _installed(p)]
     peers = [p for p in peers if p not in missing]
@@ -312,6 +336,7 @@ def _ratios(report: dict[str, Any]) -> dict[str, Any]:
                     entry["enqueue_many"] = (
                         ours["enqueue"]["many"]["per_s"] / theirs["enqueue"]["many"]["per_s"]
                     )
+            entry.update(io_report.ratios(ours, theirs))
             ratios[f"{db}/{peer}"] = entry
         ceiling = report.get("ceiling", {}).get("tps", {})
         if db == "postgresql" and ceiling:
@@ -450,6 +475,10 @@ def render(report: dict[str, Any]) -> str:
                 rows,
             )
         )
+
+    rows = io_report.rows(results)
+    if rows:
+        parts.append(_table(io_report.title(report), io_report.HEADER, rows))
 
     ceiling = report.get("ceiling", {})
     if "tps" in ceiling:
