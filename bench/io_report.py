@@ -56,7 +56,7 @@ def title(report: dict[str, Any]) -> str:
 
 
 def ratios(ours: dict[str, Any] | None, theirs: dict[str, Any] | None) -> dict[str, float]:
-    """Our jobs/s ÷ the peer's, for each variant both ran (async: at equal concurrency)."""
+    """Our jobs/s ÷ the peer's, for each variant both ran; unequal settings are named."""
     if not ours or not theirs:
         return {}
     mine = {v["variant"]: v for v in ours.get("io", []) if "per_s" in v and "error" not in v}
@@ -64,5 +64,7 @@ def ratios(ours: dict[str, Any] | None, theirs: dict[str, Any] | None) -> dict[s
     for v in theirs.get("io", []):
         if "per_s" in v and v["variant"] in mine:
             key = "io " + v["variant"].replace(", fails", " failing")
+            if mine[v["variant"]]["setting"] != v["setting"]:
+                key += f" ({mine[v['variant']]['setting']} vs {v['setting']})"
             out[key] = mine[v["variant"]]["per_s"] / v["per_s"]
     return out
