@@ -76,7 +76,8 @@ FULL = {
     "io_delay": 0.1,
     "io_workers": 1024,
     "io_concurrency": 1000,
-    "io_peer": 2000,
+    "io_tasks_db": 2000,
+    "io_procrastinate": 5000,
     "io_tasks_db_processes": 16,
     "io_timeout": 120,
 }
@@ -93,7 +94,8 @@ QUICK = {
     "io": 300,
     "io_workers": 50,
     "io_concurrency": 50,
-    "io_peer": 100,
+    "io_tasks_db": 100,
+    "io_procrastinate": 300,
     "io_tasks_db_processes": 4,
     "io_timeout": 60,
 }
