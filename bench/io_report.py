@@ -15,7 +15,7 @@ LABELS = {
     "procrastinate": "Procrastinate",
 }
 HEADER = ["db", "system", "handler", "setting", "jobs", "jobs/s", "peak conns"]
-HEADER += ["worker CPU s", "RSS MB", "wrong", "left", "exit", "server CPU s"]
+HEADER += ["worker CPU s", "RSS MB", "wrong", "left", "exit", "server CPU s", "load"]
 
 
 def _n(value: float | None, digits: int = 0) -> str:
@@ -29,7 +29,7 @@ def rows(results: list[dict[str, Any]]) -> list[list[str]]:
         for v in r.get("io", []):
             cells = [r["db"], LABELS[r["system"]], v["variant"]]
             if "per_s" not in v:
-                out.append([*cells, v.get("setting", ""), "error: " + v["error"][:120]] + [""] * 8)
+                out.append([*cells, v.get("setting", ""), "error: " + v["error"][:120]] + [""] * 9)
                 continue
             rate = _n(v["per_s"]) + ("*" if v.get("timed_out") else "")
             if "error" in v:
@@ -40,7 +40,7 @@ def rows(results: list[dict[str, Any]]) -> list[list[str]]:
             out.append(
                 [*cells, v["setting"], _n(v["n"]), rate, _n(v["peak_connections"])]
                 + [_n(v["cpu_s"], 1), rss, _n(v["wrong"]), _n(v["left"]), str(v["exit"])]
-                + [_n(v.get("server_cpu_s"), 1)]
+                + [_n(v.get("server_cpu_s"), 1), f"{v['load']:.2f}"]
             )
     return out
 

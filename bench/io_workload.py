@@ -164,7 +164,8 @@ def partner(suite: Suite, delay: float) -> Iterator[tuple[str, dict[str, float]]
 
 def _last_log_line(suite: Suite) -> str:
     lines = [line for line in suite.log.read_text(errors="replace").splitlines() if line.strip()]
-    return lines[-1][:200] if lines else "no output"
+    # argparse and Django's command errors put the reason after "error: ".
+    return lines[-1].rpartition("error: ")[2][:200] if lines else "no output"
 
 
 def run_variant(
@@ -182,6 +183,7 @@ def run_variant(
     argvs, setting, in_flight = io.workers(variant, sizes)
     row: dict[str, Any] = {"variant": variant.name, "style": variant.style, "mode": variant.mode}
     row.update(fail=variant.fail, setting=setting, n=n, processes=len(argvs))
+    row["load"] = os.getloadavg()[0]
     connection.close()  # the sampler counts the workers' connections only
     env = {
         **suite.env,
@@ -217,7 +219,7 @@ def run_variant(
     if not firsts or last is None or not good + bad:
         return {
             **row,
-            "error": f"nothing finished; worker exit {row['exit']}: {_last_log_line(suite)}",
+            "error": f"worker exit {row['exit']}: {_last_log_line(suite)}",
         }
     row["seconds"] = last - min(firsts)
     row["per_s"] = (good + bad) / row["seconds"]
