@@ -16,8 +16,10 @@ cheaply as the success.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import os
 import time
+from contextlib import suppress
 from typing import Any
 
 from . import probe
@@ -75,6 +77,21 @@ async def _session() -> Any:
         )
         _sessions[loop] = session
     return session
+
+
+@atexit.register
+def _close_sessions() -> None:
+    """Close the sessions on their loop if it is still usable.
+
+    Otherwise aiohttp's ``Unclosed client session`` warning prints every
+    pooled connection into the worker log at exit.
+    """
+    for loop, session in _sessions.items():
+        with suppress(Exception):
+            if not loop.is_closed() and not loop.is_running():
+                loop.run_until_complete(session.close())
+            else:
+                session.connector._close()  # loop gone: drop the sockets quietly
 
 
 async def async_call(mode: str, fail: bool) -> None:
