@@ -7,9 +7,9 @@ renewed every ``renew`` seconds, measured from when the claim was *sent*, so
 our view of the lease never outlives the database's.
 
 A renewal the database refuses means the claim is gone, unless the pool
-itself just finished it: a thread's own transition also ends the lease.
-The table cannot tell these apart alone; the loop reads the threads'
-``RECORDING`` messages first and then asks ``refused`` to settle them.
+itself just ended it: a result being recorded (``recorder.py``) or a
+handler's ``attempt.atomic()`` also ends the lease. Such a claim is only no
+longer renewed; the fenced write of its result says whether it still held.
 
 Only the loop thread calls this table.
 """
@@ -45,10 +45,27 @@ class LeaseTable:
         self._reached = reached  # called after each round trip, for liveness
         self._held: dict[str, Claim] = {}
         self._renew_at: dict[str, float] = {}
-        self._finishing: set[str] = set()  # a thread records the result, or the batch will
+        # Claims whose handler has not returned yet, threads' and awaited ones apart.
+        self._busy = {False: 0, True: 0}
+        self._returned: set[str] = set()  # handler returned; the result awaits recording
 
     def __len__(self) -> int:
         return len(self._held)
+
+    def busy(self, awaited: bool) -> int:
+        """Claims of async handlers (``awaited``) or of threads whose handler still runs or waits.
+
+        A claim whose handler returned takes no room any more, though its
+        lease is kept (and renewed) until its result is recorded.
+        """
+        return self._busy[awaited]
+
+    def returned(self, claim: Claim) -> None:
+        """Note that the claim's handler returned: its room is free for the next claim."""
+        token = claim.intent.claim_token
+        if token in self._held and token not in self._returned:
+            self._returned.add(token)
+            self._busy[claim.awaited] -= 1
 
     def claims(self) -> list[Claim]:
         return list(self._held.values())
@@ -59,24 +76,20 @@ class LeaseTable:
         claim.lease_end = sent + self._lease
         self._held[token] = claim
         self._renew_at[token] = sent + self._renew
-
-    def finishing(self, claim: Claim) -> None:
-        """Note that the claim's result is being recorded: a refused renewal is no loss."""
-        if claim.intent.claim_token in self._held:
-            self._finishing.add(claim.intent.claim_token)
+        self._busy[claim.awaited] += 1
 
     def holds(self, claim: Claim) -> bool:
         return claim.intent.claim_token in self._held
 
-    def is_finishing(self, claim: Claim) -> bool:
-        return claim.intent.claim_token in self._finishing
-
     def drop(self, claim: Claim) -> None:
         """Forget a claim whose outcome is known."""
         token = claim.intent.claim_token
-        self._held.pop(token, None)
+        if self._held.pop(token, None) is not None:
+            if token in self._returned:
+                self._returned.discard(token)
+            else:
+                self._busy[claim.awaited] -= 1
         self._renew_at.pop(token, None)
-        self._finishing.discard(token)
 
     def next_renewal(self) -> float:
         return min(self._renew_at.values(), default=math.inf)
@@ -101,13 +114,12 @@ class LeaseTable:
         return refused
 
     def refused(self, claims: Iterable[Claim]) -> None:
-        """Settle refused renewals, once the threads' messages so far have been read."""
+        """Settle refused renewals: the claims are gone, unless their result ended them."""
         for claim in claims:
-            token = claim.intent.claim_token
-            if token not in self._held:
-                continue  # its outcome arrived meanwhile
-            if token in self._finishing:
-                self._renew_at[token] = math.inf  # its thread recorded the result meanwhile
+            if claim.attempt.completed or claim.outcome is not None:
+                # Its result is being recorded, which ends the lease too; the
+                # fenced write says whether the claim still held.
+                self._renew_at[claim.intent.claim_token] = math.inf
             else:
                 self.lose(claim, "it was retried, cancelled or taken over meanwhile")
 
@@ -117,7 +129,14 @@ class LeaseTable:
         self._renew_at[claim.intent.claim_token] = math.inf
         log.warning("%s: claim lost, %s; attempt cancelled, its result dropped", claim.name, why)
 
-    def abandon(self) -> None:
-        """Cancel every attempt when nothing can be released: the leases will expire."""
+    def abandon(self, *, unrecorded: int) -> None:
+        """Cancel every attempt when nothing can be released, and say what is left behind."""
         for claim in self._held.values():
             claim.attempt._lose()
+        if self._held:
+            log.error(
+                "%d attempt result(s) could not be recorded and %d intent(s) stay running "
+                "until their leases expire, then run again",
+                unrecorded,
+                len(self._held),
+            )

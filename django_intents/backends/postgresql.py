@@ -12,10 +12,19 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from django.conf import settings
 from django.db.backends.postgresql.psycopg_any import is_psycopg3
 
 if is_psycopg3:
     from django.db.backends.postgresql.base import ServerBindingCursor
+    from psycopg import postgres, pq
+
+    # psycopg's fastest text loader for timestamptz (C, with psycopg[binary]).
+    TIMESTAMPTZ_LOADER: Any = postgres.adapters.get_loader(
+        postgres.types["timestamptz"].oid, pq.Format.TEXT
+    )
+else:
+    TIMESTAMPTZ_LOADER = None
 
 from .base import (
     CLAIM_ORDER,
@@ -23,10 +32,13 @@ from .base import (
     COMPLETED,
     DUE,
     NOTIFY_CHANNEL,
+    PENDING,
     RUNNING,
     Backend,
     Claimed,
     ClaimFilters,
+    Ending,
+    Finished,
     claim_order,
 )
 
@@ -81,6 +93,19 @@ class PostgreSQLBackend(Backend):
             f"WHERE t.id = v.id AND t.state = '{RUNNING}' AND t.claim_token = v.token "
             f"RETURNING t.id, t.kind"
         )
+        # A batch of retries, cancellations and releases (``Ending``), each fenced.
+        self.sql_finish_many = (
+            f"UPDATE {table} AS t SET state = v.state, "
+            f"next_at = COALESCE(v.next_at, t.next_at), "
+            f"last_error = COALESCE(v.error, t.last_error), {CLEAR_CLAIM}, updated_at = %s "
+            f"FROM unnest(%s::text[], %s::text[], %s::text[], %s::timestamptz[], %s::text[]) "
+            f"AS v(id, token, state, next_at, error) "
+            f"WHERE t.id = v.id AND t.state = '{RUNNING}' AND t.claim_token = v.token "
+            f"RETURNING t.id, t.kind, t.state, t.next_at <= %s"
+        )
+        self.sql_notify_kinds = (
+            f"SELECT pg_notify('{NOTIFY_CHANNEL}', kind) FROM unnest(%s::text[]) AS kind"
+        )
         # A released or retried-now intent is due now: wake idle pools as an enqueue would.
         self.sql_release = self._notifying(self.sql_release)
         self.sql_retry_now = self._notifying(self.sql_retry_now)
@@ -124,9 +149,24 @@ class PostgreSQLBackend(Backend):
         with connection.wrap_database_errors:
             # django-stubs type Django's cursor classes, not psycopg's subclass of them.
             raw: Any = ServerBindingCursor(connection.connection)  # type: ignore[call-arg]
+        if self.fast_timestamps(connection):
+            raw.adapters.register_loader("timestamptz", TIMESTAMPTZ_LOADER)
         if connection.queries_logged:
             return connection.make_debug_cursor(raw)
         return connection.make_cursor(raw)
+
+    @staticmethod
+    def fast_timestamps(connection: Any) -> bool:
+        """Whether psycopg's own C loader returns exactly what Django's would.
+
+        Django loads ``timestamptz`` with a Python subclass of psycopg's loader
+        that only replaces ``tzinfo`` with the connection's time zone; with
+        ``USE_TZ`` and a UTC session that is what the C loader returns anyway,
+        seven times faster: a claim of 500 intents parses 2,000 timestamps.
+        """
+        return bool(
+            TIMESTAMPTZ_LOADER is not None and settings.USE_TZ and connection.timezone_name == "UTC"
+        )
 
     def insert(self, rows: Sequence[dict[str, Any]]) -> list[str]:
         if len(rows) > 1:
@@ -182,6 +222,22 @@ class PostgreSQLBackend(Backend):
             ids, tokens = [id for id, _ in pairs], [token for _, token in pairs]
             cursor.execute(self.sql_complete_many, [self.dt(now), ids, tokens])
             return [(row[0], row[1]) for row in cursor.fetchall()]
+
+    def finish_many(self, endings: Sequence[Ending], *, now: datetime) -> list[Finished]:
+        """One statement over arrays; an intent due now notifies idle pools, as release does."""
+        columns: list[list[Any]] = [[], [], [], [], []]
+        for e in endings:
+            for column, value in zip(
+                columns, (e.id, e.token, e.state, e.next_at, e.error), strict=True
+            ):
+                column.append(value)
+        with self.cursor() as cursor:
+            cursor.execute(self.sql_finish_many, [now, *columns, now])
+            rows = cursor.fetchall()
+            due_now = sorted({kind for _, kind, state, due in rows if state == PENDING and due})
+            if due_now:
+                cursor.execute(self.sql_notify_kinds, [due_now])
+        return [(id, kind, state) for id, kind, state, _ in rows]
 
 
 def _salt() -> str:
