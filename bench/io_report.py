@@ -1,7 +1,7 @@
 """The io workload's part of the report: its table and its ratios against the peers.
 
-Apart from ``bench/run.py`` so that each module stays readable on its own;
-``run.render`` and ``run._ratios`` call these.
+Apart from ``bench/report.py`` so that each module stays readable on its own;
+``report.render`` and ``report.ratios`` call these.
 """
 
 from __future__ import annotations
