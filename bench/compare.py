@@ -34,6 +34,9 @@ def figures(report: dict[str, Any]) -> dict[tuple[str, str], float]:
             found[(db, f"enqueue {figure['api']}")] = figure["per_s"]
         for drain in result.get("drain", []):
             found[(db, f"drain {drain['workers']} w")] = drain["per_s"]
+        for row in result.get("io", []):
+            if "per_s" in row:  # a variant that broke has no figure to compare
+                found[(db, f"io {row['variant']}")] = row["per_s"]
     return found
 
 

@@ -36,6 +36,8 @@ LOGGING_CONFIG = None
 if SYSTEM == "intents":
     INSTALLED_APPS.append("django_intents")
     INTENTS: dict[str, object] = {}
+    if os.environ.get("BENCH_MAX_ATTEMPTS"):  # the io workload's failing variants
+        INTENTS["MAX_ATTEMPTS"] = int(os.environ["BENCH_MAX_ATTEMPTS"])
 elif SYSTEM == "tasks_db":
     INSTALLED_APPS.append("django_tasks_db")
     TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}

@@ -350,6 +350,10 @@ def main() -> int:
             lease for lease in sizes["leases"] if lease is not None or suite.vendor == "postgresql"
         ]
         results["crash"] = [suite.crash(lease) for lease in leases]
+    if "io" in workloads and suite.vendor in sizes["io_dbs"]:
+        from .io_workload import io
+
+        results["io"] = io(suite, sizes)
     suite.reset()
     out.write_text(json.dumps(results, indent=2))
     return 0

@@ -31,7 +31,7 @@ def test_quick_benchmark_on_sqlite_reports_every_workload(tmp_path):
         timeout=300,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    for title in ("Enqueue", "Drain", "Latency", "Large table", "Crash cost"):
+    for title in ("Enqueue", "Drain", "Latency", "Large table", "Crash cost", "IO"):
         assert f"### {title}" in done.stdout
 
     report = json.loads(out.read_text())
@@ -57,3 +57,14 @@ def test_quick_benchmark_on_sqlite_reports_every_workload(tmp_path):
 
     [crash] = result["crash"]
     assert positive(crash["lease_s"]) and positive(crash["seconds"])
+
+    # The io workload: the timer variants always run (the HTTP ones only where
+    # the bench extra installed aiohttp and urllib3); every job ends where its
+    # variant says, succeeding or failing.
+    io = {row["variant"]: row for row in result["io"]}
+    assert {"time.sleep", "asyncio.sleep", "time.sleep, fails", "asyncio.sleep, fails"} <= set(io)
+    for row in io.values():
+        assert "error" not in row, row
+        assert row["n"] == report["meta"]["sizes"]["io"]
+        assert row["wrong"] == 0 and row["left"] == 0, row
+        assert positive(row["per_s"]) and positive(row["cpu_s"]) and positive(row["rss_mb"])

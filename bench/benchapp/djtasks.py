@@ -7,7 +7,7 @@ try:
 except ImportError:  # Django 5.2: the django-tasks backport
     from django_tasks import task  # type: ignore[no-redef]
 
-from . import probe
+from . import io_calls, probe
 
 
 @task
@@ -18,3 +18,13 @@ def noop(n: int = 0) -> None:
 @task
 def stamp(key: str) -> Any:
     probe.stamp(key)
+
+
+@task
+def io_sleep(fail: bool = False) -> None:
+    io_calls.sync_call("sleep", fail)
+
+
+@task
+def io_http(fail: bool = False) -> None:
+    io_calls.sync_call("http", fail)

@@ -2,7 +2,7 @@
 
 from django.conf import settings
 
-from . import probe
+from . import io_calls, probe
 
 if settings.SYSTEM == "procrastinate":
     from procrastinate.contrib.django import app
@@ -14,3 +14,11 @@ if settings.SYSTEM == "procrastinate":
     @app.task(name="stamp")
     def stamp(key: str) -> None:
         probe.stamp(key)
+
+    @app.task(name="io_asleep")
+    async def io_asleep(fail: bool = False) -> None:
+        await io_calls.async_call("sleep", fail)
+
+    @app.task(name="io_ahttp")
+    async def io_ahttp(fail: bool = False) -> None:
+        await io_calls.async_call("http", fail)
