@@ -9,9 +9,10 @@ handler's own transaction, so a handler's writes can never outlive its claim.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from django.db import router, transaction
@@ -34,6 +35,9 @@ class Attempt:
         self._using = using
         self._lost = False
         self._completed = False
+        self._lock = threading.Lock()
+        self._on_cancel: list[Callable[[], None]] = []
+        self._on_lost: Callable[[], None] | None = None
 
     def __repr__(self) -> str:
         return f"<Attempt {self.intent.kind} {self.intent.id[:12]} #{self.intent.attempts}>"
@@ -53,6 +57,25 @@ class Attempt:
         if self.cancelled.is_set():
             reason = "its claim was lost" if self._lost else "the worker is shutting down"
             raise ClaimLost(f"attempt on intent {self.intent.id} was cancelled: {reason}")
+
+    async def wait_cancelled(self) -> None:
+        """Return once the attempt is cancelled: the claim was lost or the pool is stopping.
+
+        For async handlers that wait on something else meanwhile, e.g. with
+        ``asyncio.wait`` beside the request they make. A lost claim also
+        cancels the handler's task (``eventloop.py``); a stop only wakes this.
+        """
+        loop = asyncio.get_running_loop()
+        woken = loop.create_future()
+
+        def wake() -> None:
+            loop.call_soon_threadsafe(lambda: woken.done() or woken.set_result(None))
+
+        with self._lock:
+            if self.cancelled.is_set():
+                return
+            self._on_cancel.append(wake)
+        await woken
 
     @contextlib.contextmanager
     def atomic(self) -> Iterator[None]:
@@ -86,7 +109,27 @@ class Attempt:
 
     # -- used by the worker ------------------------------------------------------
 
+    def _cancel(self) -> None:
+        """Ask the handler to stop: set ``cancelled`` and wake ``wait_cancelled()``."""
+        with self._lock:
+            self.cancelled.set()
+            wakers, self._on_cancel = self._on_cancel, []
+        for wake in wakers:
+            wake()
+
     def _lose(self) -> None:
-        """Mark the claim as gone and tell the handler to stop."""
-        self._lost = True
-        self.cancelled.set()
+        """Mark the claim as gone and tell the handler to stop; an async one is cancelled."""
+        with self._lock:
+            self._lost = True
+            on_lost, self._on_lost = self._on_lost, None
+        self._cancel()
+        if on_lost is not None:
+            on_lost()
+
+    def _when_lost(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` (once) when the claim is lost, now if it already is."""
+        with self._lock:
+            if not self._lost:
+                self._on_lost = callback
+                return
+        callback()

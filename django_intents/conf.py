@@ -38,6 +38,7 @@ class IntentSettings:
     handlers: Mapping[str, str] = field(default_factory=dict)
     external_kinds: frozenset[str] = frozenset()
     workers: int = 4
+    concurrency: int = 100
     lease: float = 30.0
     renew: float | None = None
     poll_interval: float = 0.1
@@ -139,6 +140,7 @@ _PARSERS: dict[str, tuple[str, Callable[[str, Any], Any]]] = {
     "HANDLERS": ("handlers", _handlers),
     "EXTERNAL_KINDS": ("external_kinds", _external_kinds),
     "WORKERS": ("workers", _positive_int),
+    "CONCURRENCY": ("concurrency", _positive_int),
     "LEASE": ("lease", _positive_number),
     "RENEW": ("renew", _renew),
     "POLL_INTERVAL": ("poll_interval", _positive_number),

@@ -6,10 +6,10 @@ a thread, or its success waits for the next batch. Every one of them is
 renewed every ``renew`` seconds, measured from when the claim was *sent*, so
 our view of the lease never outlives the database's.
 
-A renewal the database refuses means the claim is gone, unless the pool
-itself just finished it: a thread's own transition also ends the lease.
-The table cannot tell these apart alone; the loop reads the threads'
-``RECORDING`` messages first and then asks ``refused`` to settle them.
+A renewal the database refuses means the claim is gone: the loop records
+every result itself before it renews, so no transition of the pool's own
+can have ended it (only a handler's ``attempt.atomic()``, whose attempt
+then says ``completed`` and keeps its success).
 
 Only the loop thread calls this table.
 """
@@ -45,10 +45,14 @@ class LeaseTable:
         self._reached = reached  # called after each round trip, for liveness
         self._held: dict[str, Claim] = {}
         self._renew_at: dict[str, float] = {}
-        self._finishing: set[str] = set()  # a thread records the result, or the batch will
+        self._awaited = 0  # how many of the claims are async handlers' (``Claim.awaited``)
 
     def __len__(self) -> int:
         return len(self._held)
+
+    def awaited(self) -> int:
+        """How many held claims are awaited on the event loop; the rest are the threads'."""
+        return self._awaited
 
     def claims(self) -> list[Claim]:
         return list(self._held.values())
@@ -59,24 +63,17 @@ class LeaseTable:
         claim.lease_end = sent + self._lease
         self._held[token] = claim
         self._renew_at[token] = sent + self._renew
-
-    def finishing(self, claim: Claim) -> None:
-        """Note that the claim's result is being recorded: a refused renewal is no loss."""
-        if claim.intent.claim_token in self._held:
-            self._finishing.add(claim.intent.claim_token)
+        self._awaited += claim.awaited
 
     def holds(self, claim: Claim) -> bool:
         return claim.intent.claim_token in self._held
 
-    def is_finishing(self, claim: Claim) -> bool:
-        return claim.intent.claim_token in self._finishing
-
     def drop(self, claim: Claim) -> None:
         """Forget a claim whose outcome is known."""
         token = claim.intent.claim_token
-        self._held.pop(token, None)
+        if self._held.pop(token, None) is not None:
+            self._awaited -= claim.awaited
         self._renew_at.pop(token, None)
-        self._finishing.discard(token)
 
     def next_renewal(self) -> float:
         return min(self._renew_at.values(), default=math.inf)
@@ -101,13 +98,10 @@ class LeaseTable:
         return refused
 
     def refused(self, claims: Iterable[Claim]) -> None:
-        """Settle refused renewals, once the threads' messages so far have been read."""
+        """Settle refused renewals: the claims are gone, unless ``attempt.atomic()`` ended them."""
         for claim in claims:
-            token = claim.intent.claim_token
-            if token not in self._held:
-                continue  # its outcome arrived meanwhile
-            if token in self._finishing:
-                self._renew_at[token] = math.inf  # its thread recorded the result meanwhile
+            if claim.attempt.completed:
+                self._renew_at[claim.intent.claim_token] = math.inf
             else:
                 self.lose(claim, "it was retried, cancelled or taken over meanwhile")
 

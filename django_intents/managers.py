@@ -19,7 +19,7 @@ from django.db import connections, models, router, transaction
 
 from . import states, validation
 from .backends import Backend, ClaimFilters, backend_for
-from .backends.base import MAX_LIMIT
+from .backends.base import MAX_LIMIT, Ending
 from .conf import get_settings
 from .handlers import check_kind
 from .identity import check_id, check_text
@@ -232,6 +232,38 @@ class IntentManager(models.Manager.from_queryset(IntentQuerySet)):  # type: igno
         self._announce(states.State.COMPLETED, [kind for _, kind in done], backend)
         completed = {id for id, _ in done}
         return list(dict.fromkeys(id for id, _ in checked if id in completed))
+
+    def finish_many(self, endings: Iterable[Ending], *, now: datetime | None = None) -> list[str]:
+        """Apply many fenced retries, cancellations and releases at once; return the ids moved.
+
+        The batch form of ``retry``, ``cancel_claim`` and ``release`` for a pool
+        that records every result on its own connection: each ``Ending`` says
+        the state, due time and error its claim ends with, already decided
+        (the pool knows the attempt number of every claim it holds). An ending
+        whose claim was lost is left alone and missing from the result.
+        """
+        now = now_or(now)
+        checked: dict[str, Ending] = {}
+        for e in endings:
+            if e.state not in (states.State.PENDING, states.State.CANCELLED):
+                raise ValueError(f"an ending goes to pending or cancelled, not {e.state!r}")
+            ending = Ending(
+                id=check_id(e.id),
+                token=validation.token(e.token),
+                state=str(e.state),
+                next_at=None if e.next_at is None else aware("next_at", e.next_at),
+                error=None if e.error is None else validation.error_text(e.error),
+            )
+            if checked.setdefault(ending.id, ending) is not ending:
+                raise ValueError(f"intent {ending.id} ends twice in one batch")
+        backend, rows = self._backend(), list(checked.values())
+        moved: list[tuple[str, str, str]] = []
+        with _atomic_if(len(rows) > INSERT_BATCH, backend.alias):
+            for start in range(0, len(rows), INSERT_BATCH):
+                moved += backend.finish_many(rows[start : start + INSERT_BATCH], now=now)
+        for state in (states.State.PENDING, states.State.CANCELLED):
+            self._announce(state, [kind for _, kind, to in moved if to == state], backend)
+        return [id for id, _, _ in moved]
 
     def retry(
         self, id: str, claim_token: str, cause: object = None, *, now: datetime | None = None

@@ -21,15 +21,18 @@ import queue
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from types import FrameType
 
 from django.db import Error as DatabaseFailure
+from django.utils import timezone
 
+from .backends.base import Ending
 from .execution import Claim, Jobs
 from .leases import LeaseTable
 from .managers import IntentManager
 from .outage import cause_text
+from .states import State
 from .wakeup import Alarm
 
 # The pool's logger: operators filter on one name for everything a pool says.
@@ -95,7 +98,7 @@ class Shutdown:
         self._begun = True
         self._release_queued(jobs, leases)
         for claim in leases.claims():
-            claim.attempt.cancelled.set()
+            claim.attempt._cancel()
         deadline = self._deadline if self._deadline is not None else time.monotonic()
         reason = f" on {self._signal}" if self._signal else ""
         if not leases:
@@ -112,41 +115,48 @@ class Shutdown:
 
     def _release_queued(self, jobs: Jobs, leases: LeaseTable) -> None:
         """Give back the claims no thread has started: pending again, due now, never run."""
+        queued = []
         while True:
             try:
                 claim = jobs.get_nowait()
             except queue.Empty:
-                return
+                break
             if claim is None:  # stop sentinels are only queued once the loop has ended
-                return
+                break
             leases.drop(claim)
-            self._release(claim, started=False)
+            queued.append(claim)
+        self.release(queued, started=False)
 
-    def release_unfinished(self, leases: LeaseTable, collect: Callable[[], None]) -> None:
+    def release_unfinished(self, leases: LeaseTable) -> None:
         """Give back every claim whose handler is still running: pending, due now.
 
-        ``collect`` reads the threads' messages: one that says ``RECORDING``
-        keeps its claim, since its thread is recording the result right now.
+        A claim whose handler has returned keeps it: its result is the
+        recorder's to write (or, if the database is away, its lease expires).
         """
-        for claim in leases.claims():
-            collect()
-            if not leases.holds(claim) or leases.is_finishing(claim):
-                continue
-            self._release(claim, started=True)
+        self.release([claim for claim in leases.claims() if claim.outcome is None], started=True)
 
-    def _release(self, claim: Claim, *, started: bool) -> None:
-        claim.attempt._lose()  # whatever the handler returns later is dropped
+    def release(self, claims: list[Claim], *, started: bool) -> None:
+        """Release ``claims`` in one statement; whatever their handlers return later is dropped."""
+        if not claims:
+            return
+        for claim in claims:
+            claim.attempt._lose()  # an async handler's task is cancelled
+        endings = [
+            Ending(c.intent.id, c.intent.claim_token, State.PENDING, next_at=timezone.now())
+            for c in claims
+        ]
         try:
-            released = self._manager.release(claim.intent.id, claim.intent.claim_token)
+            released = set(self._manager.finish_many(endings))
         except DatabaseFailure as exc:
             log.warning(
-                "%s: %s (%s); it runs %sonce its lease expires",
-                claim.name,
+                "%d claim(s) %s (%s); they run %sonce their leases expire",
+                len(claims),
                 "not released" if started else "not started and not released",
                 cause_text(exc),
                 "again " if started else "",
             )
             return
-        if released or not started:
-            state = "handler still running" if started else "not started"
-            log.info("%s: %s; released, due now", claim.name, state)
+        state = "handler still running" if started else "not started"
+        for claim in claims:
+            if claim.intent.id in released or not started:
+                log.info("%s: %s; released, due now", claim.name, state)

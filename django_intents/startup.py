@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from django.db import DatabaseError, connections
 
 from .backlog import read_backlog
+from .execution import is_async
 from .handlers import Handler, describe, unhandled
 from .wakeup import Waker
 
@@ -27,6 +28,7 @@ def log_start(
     using: str,
     handlers: Mapping[str, Handler],
     workers: int,
+    concurrency: int,
     lease: float,
     renew: float,
     poll: float,
@@ -35,12 +37,20 @@ def log_start(
     waker: Waker | None,
 ) -> None:
     connection = connections[using]
-    kinds = ", ".join(f"{kind} -> {describe(handlers[kind])}" for kind in sorted(handlers))
+    kinds = ", ".join(
+        f"{kind} -> {'async ' if is_async(handlers[kind]) else ''}{describe(handlers[kind])}"
+        for kind in sorted(handlers)
+    )
+    sizes = []
+    if not all(is_async(h) for h in handlers.values()):
+        sizes.append(f"{workers} worker thread(s)")
+    if any(is_async(h) for h in handlers.values()):
+        sizes.append(f"up to {concurrency} async handler(s) at once")
     wakeups = f"{waker.label}, " if waker is not None else ""
     log.info(
-        "starting %d worker(s) on %s database %r (alias %r); kinds: %s; lease %g s, "
+        "starting %s on %s database %r (alias %r); kinds: %s; lease %g s, "
         "renewed every %g s; wake-ups: %spolling every %g s; shutdown grace %g s%s",
-        workers,
+        " and ".join(sizes),
         connection.vendor,
         str(connection.settings_dict.get("NAME", "")),
         using,

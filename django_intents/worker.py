@@ -1,22 +1,25 @@
 """The worker pool behind ``manage.py run_intent_workers``: its loop.
 
-One thread runs the loop: record the successes handed back, renew the leases
-of the claims held, claim due intents for the idle worker threads, then sleep
-until something may have changed. Worker threads run the handlers and record
-any other result with a fenced transition (``execution.py``), so a result
-that arrives after its claim was taken over changes nothing. The guarantee is
-at least once: a worker that dies leaves a claim that another worker takes
-when its lease expires.
+One thread runs the loop: record the results handed back, renew the leases
+of the claims held, claim due intents for the idle worker threads and the
+free slots of the event loop, then sleep until something may have changed.
+Sync handlers run in worker threads, async ones on the pool's event loop
+(``execution.py``, ``eventloop.py``); both only hand their outcome back, and
+the loop records every result with fenced batch transitions on its own
+connection (``recorder.py``), so a result that arrives after its claim was
+taken over changes nothing, and the pool's connections do not grow with its
+concurrency. The guarantee is at least once: a worker that dies leaves a
+claim that another worker takes when its lease expires.
 
 The loop is built from parts that each own their state and are called only
 from the loop thread: how much to claim (``demand.py``), the claims held
-(``leases.py``), the batched successes (``completer.py``), the stop
+(``leases.py``), the results to record (``recorder.py``), the stop
 (``shutdown.py``), the end of a drain (``drain.py``), the outage rule
 (``outage.py``) and the housekeeping (``housekeeping.py``). The threads
-around it never share a field with it: worker threads hand claims back
-through the ``finished`` queue (its messages are explained in
-``execution.py``), the listener and the threads ring the alarm, and
-``stop()`` hands its deadline over through a queue of its own.
+around it never share a field with it: worker threads and the event loop
+hand claims back through the ``finished`` queue, the listener and the
+threads ring the alarm, and ``stop()`` hands its deadline over through a
+queue of its own.
 """
 
 from __future__ import annotations
@@ -24,7 +27,6 @@ from __future__ import annotations
 import logging
 import queue
 import random
-import threading
 import time
 from collections.abc import Mapping
 from datetime import datetime
@@ -34,17 +36,18 @@ from django.db import close_old_connections, connections, router
 from django.utils import timezone
 
 from .attempt import Attempt
-from .completer import Completer
 from .conf import get_settings
-from .demand import Demand
+from .demand import ClaimGroup, Demand
 from .drain import Drain
-from .execution import Claim, Executor, Finished, Jobs, Progress
+from .eventloop import EventLoop
+from .execution import Claim, Executor, Finished, Jobs, is_async, send_finished
 from .floor import ClaimFloor
 from .handlers import Handler
 from .housekeeping import Housekeeping, Liveness
 from .leases import LeaseTable
 from .models import Intent
 from .outage import Outage, cause_text
+from .recorder import Recorder
 from .shutdown import Shutdown
 from .startup import log_start
 from .wakeup import Alarm, start_waker
@@ -53,7 +56,8 @@ log = logging.getLogger(__name__)
 
 
 class WorkerPool:
-    """Claim due intents of the given kinds and run their handlers in threads.
+    """Claim due intents of the given kinds and run their handlers: sync ones in threads,
+    async ones on an event loop.
 
     ``run()`` blocks until ``stop()`` is called (or SIGTERM/SIGINT arrives, when
     run in the main thread), with ``drain`` until nothing is due, or with
@@ -67,6 +71,7 @@ class WorkerPool:
         *,
         handlers: Mapping[str, Handler],
         workers: int | None = None,
+        concurrency: int | None = None,
         lease: float | None = None,
         renew: float | None = None,
         grace: float = 10.0,
@@ -83,6 +88,12 @@ class WorkerPool:
         self._handlers = dict(handlers)
         self._kinds = sorted(self._handlers)
         self._workers = settings.workers if workers is None else workers
+        self._concurrency = settings.concurrency if concurrency is None else concurrency
+        awaited = {kind for kind, h in self._handlers.items() if is_async(h)}
+        self._groups = [
+            ClaimGroup(kinds=[k for k in self._kinds if k not in awaited], awaited=False),
+            ClaimGroup(kinds=[k for k in self._kinds if k in awaited], awaited=True),
+        ]
         self._lease = settings.lease if lease is None else lease
         if renew is None:
             renew = settings.renew_interval if lease is None else self._lease / 3
@@ -97,6 +108,8 @@ class WorkerPool:
             raise ValueError("a worker pool needs at least one handler")
         if self._workers < 1:
             raise ValueError(f"workers must be at least 1, not {self._workers}")
+        if self._concurrency < 1:
+            raise ValueError(f"concurrency must be at least 1, not {self._concurrency}")
         if not 0 < self._renew < self._lease:
             raise ValueError(
                 f"renew ({self._renew} s) must be shorter than lease ({self._lease} s)"
@@ -109,17 +122,13 @@ class WorkerPool:
         self._alarm = Alarm()
         self._jobs: Jobs = queue.SimpleQueue()
         self._finished: Finished = queue.SimpleQueue()
-        self._executor = Executor(
-            self._manager,
-            using=self._using,
-            max_attempts=settings.max_attempts,
-            db_error_timeout=db_error_timeout,
-        )
+        self._executor = Executor(using=self._using)
+        self._eventloop = EventLoop(self._finished, self._alarm.ring) if awaited else None
         self._liveness = Liveness(self._poll)
         self._leases = LeaseTable(
             self._manager, lease=self._lease, renew=self._renew, reached=self._liveness.reached
         )
-        self._completer = Completer(self._manager)
+        self._recorder = Recorder(self._manager, max_attempts=settings.max_attempts)
         self._shutdown = Shutdown(self._manager, grace=grace, alarm=self._alarm)
         self._outage = Outage(
             using=self._using, timeout=db_error_timeout, then="exiting", sleep=self._alarm.sleep
@@ -128,7 +137,6 @@ class WorkerPool:
             report_interval=report_interval, retention=settings.retention is not None
         )
         self._demand = Demand(self._workers)
-        self._floor = ClaimFloor()
         self._probe_first: bool | None = None  # known once connected (MySQL asks the server)
 
     # -- public ----------------------------------------------------------------
@@ -141,17 +149,10 @@ class WorkerPool:
         self._drain.start()
         self._liveness.start()
         self._housekeeping.start()
-        threads = [
-            threading.Thread(
-                target=self._executor.serve,
-                args=(self._jobs, self._finished, self._alarm.ring),
-                name=f"intents-worker-{n}",
-                daemon=True,
-            )
-            for n in range(1, self._workers + 1)
-        ]
-        for thread in threads:
-            thread.start()
+        count = self._workers if self._groups[0].kinds else 0
+        threads = self._executor.start(count, self._jobs, self._finished, self._alarm.ring)
+        if self._eventloop is not None:
+            self._eventloop.start()
         listener = None
         try:
             listener = start_waker(using=self._using, kinds=self._kinds, wake=self._alarm.ring)
@@ -159,6 +160,7 @@ class WorkerPool:
                 using=self._using,
                 handlers=self._handlers,
                 workers=self._workers,
+                concurrency=self._concurrency,
                 lease=self._lease,
                 renew=self._renew,
                 poll=self._poll,
@@ -172,18 +174,15 @@ class WorkerPool:
                     self._release_unfinished()
                     status = self._drain.status()
                 else:
-                    self._leases.abandon()
+                    self._abandon()
         finally:
             self._liveness.stop()
             if listener is not None:
                 listener.stop()
-            for _ in threads:
-                self._jobs.put(None)
-            # Idle threads exit at once and close their connections; a thread
-            # stuck in a handler is a daemon and ends with the process.
             until = time.monotonic() + 1.0
-            for thread in threads:
-                thread.join(max(until - time.monotonic(), 0.0))
+            self._executor.stop(threads, self._jobs, until)
+            if self._eventloop is not None:
+                self._eventloop.stop(max(until - time.monotonic(), 0.1))
             connections.close_all()
             self._alarm.close()
         log.info("stopped")
@@ -209,9 +208,9 @@ class WorkerPool:
         self._alarm.sleep(random.uniform(0, self._poll))  # noqa: S311 - jitter
         while True:
             self._collect()
-            if self._completer:
+            if self._recorder:
                 try:
-                    self._complete()
+                    self._record()
                 except DatabaseFailure as exc:
                     if self._outage.failed(exc):
                         return 1
@@ -247,51 +246,67 @@ class WorkerPool:
             self._alarm.sleep(self._sleep_time())
 
     def _claim(self) -> int | None:
-        """Claim as many intents as the pool has room for (``demand.py``).
+        """Claim as many intents as the pool has room for, per group (``ClaimGroup``).
 
-        Returns how many were claimed, or ``None`` when no worker is idle or a
-        claim above the floor (``ClaimFloor``) found nothing, which does not
-        prove that nothing is due.
+        Returns how many were claimed; 0 when every claim found nothing;
+        ``None`` when a group had no room or a claim above the floor
+        (``ClaimFloor``) found nothing, which does not prove that nothing is due.
         """
-        free = self._demand.capacity() - len(self._leases)
+        counts = [self._claim_group(group) for group in self._groups if group.kinds]
+        if any(counts):
+            return sum(n or 0 for n in counts)
+        return None if None in counts else 0
+
+    def _claim_group(self, group: ClaimGroup) -> int | None:
+        if group.awaited:
+            free = self._concurrency - self._leases.awaited()
+        else:
+            free = self._demand.capacity() - (len(self._leases) - self._leases.awaited())
         if free <= 0:
             return None
         sent = time.monotonic()
         if self._probe_first is None:
             features = connections[self._using].features
             self._probe_first = not features.has_select_for_update_skip_locked
-        since, now = self._floor.since(), timezone.now()
+        floor = group.floor
+        since, now = floor.since(), timezone.now()
         if self._probe_first:
             # SQLite claims under its one write lock; an idle pool polling ten
             # times a second would take it from the application every time.
-            due = self._manager.has_due(now=now, kinds=self._kinds, since=since)
+            due = self._manager.has_due(now=now, kinds=group.kinds, since=since)
             self._liveness.reached()
             if not due:
-                self._floor.seen(since, now, None)
-                return self._drained_below(since)
+                floor.seen(since, now, None)
+                return self._drained_below(floor, since)
         intents = self._manager.claim_many(
-            free, now=now, lease=self._lease, kinds=self._kinds, since=since
+            free, now=now, lease=self._lease, kinds=group.kinds, since=since
         )
         self._liveness.reached()
-        self._floor.seen(since, now, intents[0].next_at if intents else None)
+        floor.seen(since, now, intents[0].next_at if intents else None)
         if not intents:
-            return self._drained_below(since)
-        if self._shutdown.deadline() is not None:
-            # A stop arrived while the claim was in flight: hand them back unstarted.
-            for intent in intents:
-                self._manager.release(intent.id, intent.claim_token)
-            return 0
-        for intent in intents:
-            claim = Claim(
+            return self._drained_below(floor, since)
+        claims = [
+            Claim(
                 intent=intent,
                 attempt=Attempt(intent, using=self._using),
                 handler=self._handlers[intent.kind],
+                awaited=group.awaited,
             )
+            for intent in intents
+        ]
+        if self._shutdown.deadline() is not None:
+            # A stop arrived while the claim was in flight: hand them back unstarted.
+            self._shutdown.release(claims, started=False)
+            return 0
+        for claim in claims:
             self._leases.add(claim, sent=sent)
-            self._jobs.put(claim)
-        return len(intents)
+            if self._eventloop is not None and claim.awaited:
+                self._eventloop.submit(claim)
+            else:
+                self._jobs.put(claim)
+        return len(claims)
 
-    def _drained_below(self, since: datetime | None) -> int | None:
+    def _drained_below(self, floor: ClaimFloor, since: datetime | None) -> int | None:
         """0 when a claim found nothing; ``None`` if only a floored one did.
 
         A drain may end only when a claim that looked at the whole index found
@@ -300,43 +315,33 @@ class WorkerPool:
         if since is None:
             return 0
         if self._drain.ends_on_claim:
-            self._floor.rescan()
+            floor.rescan()
             self._alarm.ring()
         return None
 
     def _renew_leases(self) -> None:
         refused = self._leases.renew_due()
         if refused:
-            # A thread says RECORDING before its own transition, which also ends
-            # the lease: if that is why a renewal was refused, the message is
-            # already in the queue, and the table must hear it before it judges.
-            self._collect()
             self._leases.refused(refused)
 
     def _collect(self) -> None:
-        """Read what the worker threads handed back (see ``execution.py``)."""
+        """Take the claims whose handlers have returned; queue their results to record."""
         while True:
             try:
-                claim, message = self._finished.get_nowait()
+                claim = self._finished.get_nowait()
             except queue.Empty:
                 return
-            if message is Progress.RECORDING:
-                self._leases.finishing(claim)
-                continue
-            self._demand.learn(claim.duration)
-            if message is Progress.COMPLETING:
-                self._leases.finishing(claim)
-                self._completer.add(claim)
-            elif message is Progress.UNRECORDED:
+            if not claim.awaited:
+                self._demand.learn(claim.duration)
+            outcome = self._recorder.add(claim)
+            if outcome is not None:  # nothing to record: it was lost, or atomic() completed it
+                send_finished(claim, outcome)
                 self._leases.drop(claim)
-                self._drain.unrecorded()
-            else:
-                self._leases.drop(claim)
-                self._housekeeping.count(message)
+                self._housekeeping.count(outcome)
 
-    def _complete(self) -> None:
-        """Record the successes handed back so far, in one fenced statement."""
-        outcomes = self._completer.complete()
+    def _record(self) -> None:
+        """Record the results handed back so far, in one or two fenced statements."""
+        outcomes = self._recorder.record()
         self._liveness.reached()
         for claim, outcome in outcomes:
             self._leases.drop(claim)
@@ -357,17 +362,29 @@ class WorkerPool:
             wake.append(now + self._poll * random.uniform(0.8, 1.2))  # noqa: S311 - jitter
         return max(min(wake) - now, 0.0)
 
+    def _abandon(self) -> None:
+        """After an outage: nothing can be recorded or released; say what is left behind."""
+        self._collect()
+        self._leases.abandon()
+        if self._leases:
+            log.error(
+                "%d attempt result(s) could not be recorded and %d intent(s) stay running "
+                "until their leases expire, then run again",
+                len(self._recorder),
+                len(self._leases),
+            )
+
     def _release_unfinished(self) -> None:
         """After a stop: record what finished, then release what still runs."""
         self._collect()
-        if self._completer:
+        if self._recorder:
             try:
-                self._complete()
+                self._record()
             except DatabaseFailure as exc:
                 log.warning(
-                    "%d success(es) not recorded (%s); they run again once their leases expire",
-                    len(self._completer),
+                    "%d result(s) not recorded (%s); they run again once their leases expire",
+                    len(self._recorder),
                     cause_text(exc),
                 )
-                self._drain.unrecorded(len(self._completer))
-        self._shutdown.release_unfinished(self._leases, self._collect)
+                self._drain.unrecorded(len(self._recorder))
+        self._shutdown.release_unfinished(self._leases)

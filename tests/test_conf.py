@@ -32,6 +32,7 @@ def test_valid_settings_are_read(settings):
         "HANDLERS": {"billing": "tests.testapp.handlers.dotted"},
         "EXTERNAL_KINDS": ["billing.invoice"],
         "WORKERS": 8,
+        "CONCURRENCY": 500,
         "LEASE": 60,
         "RENEW": 5,
         "POLL_INTERVAL": 0.5,
@@ -41,6 +42,7 @@ def test_valid_settings_are_read(settings):
     }
     conf = get_settings()
     assert (conf.workers, conf.lease, conf.renew_interval, conf.max_attempts) == (8, 60, 5, 10)
+    assert conf.concurrency == 500
     assert conf.retention == {"completed": Retention(timedelta(days=7), timedelta(days=90))}
     assert conf.external_kinds == {"billing.invoice"}
     assert intents_errors() == []
@@ -61,6 +63,8 @@ def test_settings_cache_follows_override_settings(settings):
         ({"LEASE": "30"}, "LEASE", "django_intents.E001"),
         ({"WORKERS": 0}, "WORKERS", "django_intents.E001"),
         ({"WORKERS": 2.5}, "WORKERS", "django_intents.E001"),
+        ({"CONCURRENCY": 0}, "CONCURRENCY", "django_intents.E001"),
+        ({"CONCURRENCY": True}, "CONCURRENCY", "django_intents.E001"),
         ({"RENEW": 40}, "RENEW", "django_intents.E001"),
         ({"POLL_INTERVAL": 0}, "POLL_INTERVAL", "django_intents.E001"),
         ({"MAX_ATTEMPTS": 0}, "MAX_ATTEMPTS", "django_intents.E001"),

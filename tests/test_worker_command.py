@@ -61,6 +61,8 @@ def run(*args: str) -> FakePool:
     [
         (["--workers", "0"], "at least 1"),
         (["--workers", "two"], "not a whole number"),
+        (["--concurrency", "0"], "at least 1"),
+        (["--concurrency", "1.5"], "not a whole number"),
         (["--lease", "-1"], "seconds > 0"),
         (["--lease", "inf"], "seconds > 0"),
         (["--lease", "nan"], "seconds > 0"),
@@ -110,13 +112,14 @@ def test_no_handlers_at_all_is_refused(fake_pool, monkeypatch):
 
 def test_options_reach_the_pool(fake_pool):
     pool = run(
-        "--workers", "3", "--kinds", "test.ok,test.stop", "--lease", "6", "--renew", "1.5",
-        "--drain", "--grace", "0", "--db-error-timeout", "9",
+        "--workers", "3", "--concurrency", "250", "--kinds", "test.ok,test.stop", "--lease", "6",
+        "--renew", "1.5", "--drain", "--grace", "0", "--db-error-timeout", "9",
     )  # fmt: skip
     assert pool.ran
     assert pool.kwargs["handlers"] == {"test.ok": test_handlers.ok, "test.stop": test_handlers.stop}
     assert {key: value for key, value in pool.kwargs.items() if key != "handlers"} == {
         "workers": 3,
+        "concurrency": 250,
         "lease": 6.0,
         "renew": 1.5,
         "grace": 0.0,

@@ -346,7 +346,7 @@ def test_a_drain_whose_results_could_not_be_recorded_exits_1_saying_how_many(
     def fail(intent, attempt):
         raise RuntimeError("partner down")
 
-    monkeypatch.setattr(IntentManager, "retry", unreachable)
+    monkeypatch.setattr(IntentManager, "finish_many", unreachable)
     (id,) = enqueue("p.fail")
     running = background(pool({"p.fail": fail}, drain=True, db_error_timeout=0.5))
 
@@ -355,7 +355,10 @@ def test_a_drain_whose_results_could_not_be_recorded_exits_1_saying_how_many(
     # Not recorded: still running under the lease it had, for another pool to rescue.
     assert (intent.state, intent.attempts, intent.last_error) == (Intent.State.RUNNING, 1, "")
     errors = [record.getMessage() for record in caplog.records if record.levelname == "ERROR"]
-    assert any("1 attempt result(s) could not be recorded" in m for m in errors), errors
+    assert any(
+        "1 attempt result(s) could not be recorded and 1 intent(s) stay running" in m
+        for m in errors
+    ), errors
 
 
 @pytest.fixture

@@ -110,7 +110,7 @@ def test_drain_processes_a_mix_and_leaves_what_it_must_not_touch(start_worker):
     assert "test.ok -> tests.testapp.handlers.ok" in start
     assert "test.dotted -> tests.testapp.handlers.dotted" in start
     assert "no handler in this project runs: test.nobody (1 due)" in worker.log
-    assert "3 worker(s)" in start
+    assert "3 worker thread(s)" in start
     assert "lease 30 s" in start
     assert "ValueError: boom 1; retry in" in worker.log
     assert "MAX_ATTEMPTS (8) reached" in worker.log

@@ -56,6 +56,24 @@ class ClaimFilters:
 Claimed = tuple["Intent", datetime | None]  # the intent, and the lease it took over, if any
 
 
+@dataclass(frozen=True)
+class Ending:
+    """How a pool ends one claim other than by completing it: a row of ``finish_many``.
+
+    ``state`` is ``pending`` (a retry, or a release when ``next_at`` is now)
+    or ``cancelled``; ``next_at`` and ``error`` are left as they are when ``None``.
+    """
+
+    id: str
+    token: str
+    state: str
+    next_at: datetime | None = None
+    error: str | None = None
+
+
+Finished = tuple[str, str, str]  # id, kind, state: one row that finish_many moved
+
+
 class Backend:
     """One database's SQL for the intent table; subclasses override what differs.
 
@@ -69,6 +87,8 @@ class Backend:
     returning = True
     # An index hint after the table name, where the planner needs one.
     claim_hint = ""
+    # What a batch of transitions locks its running rows with (``finish_many``).
+    lock_running = ""
     # Set by each vendor: the insert that ignores known ids and returns kinds
     # (``{rows}``: the VALUES groups), and the statement that finds due rows.
     sql_insert = ""
@@ -269,6 +289,44 @@ class Backend:
     ) -> list[tuple[str, str]]:
         """Complete one batch of ``(id, token)`` claims; return ``(id, kind)`` of each completed."""
         raise NotImplementedError
+
+    def finish_many(self, endings: Sequence[Ending], *, now: datetime) -> list[Finished]:
+        """Apply a batch of fenced retries, cancellations and releases; return what moved.
+
+        Ids must be distinct. By default the running rows among them are read
+        (and locked, where ``lock_running`` says how) and those whose token
+        still matches are updated in one statement, all in one write
+        transaction, so the pair is as fenced as a one-row transition.
+        """
+        by_id = {ending.id: ending for ending in endings}
+        marks = ", ".join(["%s"] * len(by_id))
+        with self.write_transaction(), self.cursor() as cursor:
+            cursor.execute(
+                f"SELECT id, kind, claim_token FROM {self.table} "
+                f"WHERE id IN ({marks}) AND state = '{RUNNING}'{self.lock_running}",
+                list(by_id),
+            )
+            held = [(id, kind) for id, kind, token in cursor.fetchall() if by_id[id].token == token]
+            if not held:
+                return []
+            endings = [by_id[id] for id, _ in held]
+            sets, params = [], []
+            for column, value in (
+                ("state", lambda e: e.state),
+                ("next_at", lambda e: None if e.next_at is None else self.dt(e.next_at)),
+                ("last_error", lambda e: e.error),
+            ):
+                cases = [(e.id, value(e)) for e in endings if value(e) is not None]
+                if cases:
+                    whens = " ".join(["WHEN %s THEN %s"] * len(cases))
+                    sets.append(f"{column} = CASE id {whens} ELSE {column} END")
+                    params += [v for case in cases for v in case]
+            statement = (
+                f"UPDATE {self.table} SET {', '.join(sets)}, {CLEAR_CLAIM}, updated_at = %s "
+                f"WHERE id IN ({', '.join(['%s'] * len(held))})"
+            )
+            cursor.execute(statement, [*params, self.dt(now), *(id for id, _ in held)])
+        return [(id, kind, by_id[id].state) for id, kind in held]
 
     def attempts(self, id: str, token: str) -> int | None:  # noqa: A002
         """The attempt number of a claim still held, ``None`` when it is not."""

@@ -24,6 +24,7 @@ BRANCHES = (f"state = '{PENDING}' AND next_at <= %s", f"state = '{RUNNING}' AND 
 class MySQLBackend(Backend):
     vendor = "mysql"
     returning = False
+    lock_running = " FOR UPDATE"
 
     def __init__(self, alias: str, model: Any) -> None:
         super().__init__(alias, model)

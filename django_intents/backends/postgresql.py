@@ -23,10 +23,13 @@ from .base import (
     COMPLETED,
     DUE,
     NOTIFY_CHANNEL,
+    PENDING,
     RUNNING,
     Backend,
     Claimed,
     ClaimFilters,
+    Ending,
+    Finished,
     claim_order,
 )
 
@@ -80,6 +83,19 @@ class PostgreSQLBackend(Backend):
             f"updated_at = %s FROM unnest(%s::text[], %s::text[]) AS v(id, token) "
             f"WHERE t.id = v.id AND t.state = '{RUNNING}' AND t.claim_token = v.token "
             f"RETURNING t.id, t.kind"
+        )
+        # A batch of retries, cancellations and releases (``Ending``), each fenced.
+        self.sql_finish_many = (
+            f"UPDATE {table} AS t SET state = v.state, "
+            f"next_at = COALESCE(v.next_at, t.next_at), "
+            f"last_error = COALESCE(v.error, t.last_error), {CLEAR_CLAIM}, updated_at = %s "
+            f"FROM unnest(%s::text[], %s::text[], %s::text[], %s::timestamptz[], %s::text[]) "
+            f"AS v(id, token, state, next_at, error) "
+            f"WHERE t.id = v.id AND t.state = '{RUNNING}' AND t.claim_token = v.token "
+            f"RETURNING t.id, t.kind, t.state, t.next_at <= %s"
+        )
+        self.sql_notify_kinds = (
+            f"SELECT pg_notify('{NOTIFY_CHANNEL}', kind) FROM unnest(%s::text[]) AS kind"
         )
         # A released or retried-now intent is due now: wake idle pools as an enqueue would.
         self.sql_release = self._notifying(self.sql_release)
@@ -182,6 +198,22 @@ class PostgreSQLBackend(Backend):
             ids, tokens = [id for id, _ in pairs], [token for _, token in pairs]
             cursor.execute(self.sql_complete_many, [self.dt(now), ids, tokens])
             return [(row[0], row[1]) for row in cursor.fetchall()]
+
+    def finish_many(self, endings: Sequence[Ending], *, now: datetime) -> list[Finished]:
+        """One statement over arrays; an intent due now notifies idle pools, as release does."""
+        columns: list[list[Any]] = [[], [], [], [], []]
+        for e in endings:
+            for column, value in zip(
+                columns, (e.id, e.token, e.state, e.next_at, e.error), strict=True
+            ):
+                column.append(value)
+        with self.cursor() as cursor:
+            cursor.execute(self.sql_finish_many, [now, *columns, now])
+            rows = cursor.fetchall()
+            due_now = sorted({kind for _, kind, state, due in rows if state == PENDING and due})
+            if due_now:
+                cursor.execute(self.sql_notify_kinds, [due_now])
+        return [(id, kind, state) for id, kind, state, _ in rows]
 
 
 def _salt() -> str:

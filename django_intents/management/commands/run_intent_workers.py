@@ -85,7 +85,13 @@ class Command(BaseCommand):
             "--workers",
             type=positive_int,
             metavar="N",
-            help="concurrent workers (threads); default INTENTS['WORKERS']",
+            help="sync handlers run at once (threads); default INTENTS['WORKERS']",
+        )
+        parser.add_argument(
+            "--concurrency",
+            type=positive_int,
+            metavar="N",
+            help="async handlers awaited at once; default INTENTS['CONCURRENCY'] (100)",
         )
         parser.add_argument(
             "--kinds",
@@ -192,6 +198,7 @@ class Command(BaseCommand):
         pool = WorkerPool(
             handlers=handlers,
             workers=options["workers"],
+            concurrency=options["concurrency"],
             lease=lease,
             renew=renew,
             grace=options["grace"],

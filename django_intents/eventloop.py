@@ -1,0 +1,100 @@
+"""The pool's event loop: where ``async def`` handlers are awaited, many at once.
+
+One thread per pool runs an asyncio loop; the pool's loop hands it claims
+with ``submit`` (thread-safe) and it starts one task per claim. At most
+``--concurrency`` run at once, because the pool claims no more for its
+async kinds than it has room for. A coroutine's outcome goes back on the
+same ``finished`` queue as a thread's, and the pool's loop records it: a
+thousand coroutines in flight share the pool's few connections.
+
+A claim that is lost (retried or cancelled by an administrator, or taken
+over after its lease ran out) cancels its task: the handler sees
+``asyncio.CancelledError`` at the ``await`` it is waiting on, its result is
+dropped, and its slot is free at once. A handler that must clean up does so
+in ``finally``. A stop is gentler: ``attempt.cancelled`` is set and
+``await attempt.wait_cancelled()`` returns, the handler has the grace period
+to finish, and only what still runs after it is cancelled and released.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any, cast
+
+from .execution import Claim, Finished
+
+# The pool's logger: operators filter on one name for everything a pool says.
+log = logging.getLogger("django_intents.worker")
+
+
+class EventLoop:
+    """A thread running an asyncio loop for one pool's async handlers."""
+
+    def __init__(self, finished: Finished, wake: Callable[[], None]) -> None:
+        self._finished = finished
+        self._wake = wake
+        self._loop = asyncio.new_event_loop()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._thread = threading.Thread(target=self._run, name="intents-async", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def submit(self, claim: Claim) -> None:
+        """Start awaiting the claim's handler; safe from any thread."""
+        self._loop.call_soon_threadsafe(self._start, claim)
+
+    def stop(self, timeout: float = 1.0) -> None:
+        """Cancel what still runs (its claims were released or abandoned) and end the thread."""
+        if self._loop.is_closed() or not self._thread.is_alive():
+            return
+        self._loop.call_soon_threadsafe(self._cancel_all)
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        try:
+            self._loop.run_forever()
+        finally:
+            self._loop.close()
+
+    def _cancel_all(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        if not self._tasks:
+            self._loop.stop()
+            return
+        done = asyncio.gather(*self._tasks, return_exceptions=True)
+        done.add_done_callback(lambda _: self._loop.stop())
+
+    def _start(self, claim: Claim) -> None:
+        if not claim.startable():
+            self._hand_back(claim)
+            return
+        task = self._loop.create_task(self._attempt(claim), name=claim.name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        loop = self._loop
+        claim.attempt._when_lost(lambda: loop.call_soon_threadsafe(task.cancel))
+
+    async def _attempt(self, claim: Claim) -> None:
+        started = time.monotonic()
+        error: BaseException | None = None
+        try:
+            handler = cast(Callable[..., Coroutine[Any, Any, object]], claim.handler)
+            await handler(claim.intent, claim.attempt)
+        except asyncio.CancelledError as exc:
+            # The claim was lost, or the pool released it past the grace period.
+            error = exc
+        except BaseException as exc:  # a handler's failure is a result, never a dead loop
+            error = exc
+        claim.ended(started, error)
+        self._hand_back(claim)
+
+    def _hand_back(self, claim: Claim) -> None:
+        self._finished.put(claim)
+        self._wake()
