@@ -228,11 +228,18 @@ def test_a_pool_whose_every_attempt_succeeds_stays_on_its_few_connections(
 def test_sync_and_async_pools_whose_attempts_all_fail_peak_at_the_same_connection_count(
     drain: Callable[..., tuple[list[int], Worker]],
 ):
+    """256 threads or 1,000 coroutines: the pool's constant does not depend on either.
+
+    "The same" allows one connection of difference: SPEC §9 lets a start-up
+    check open one more briefly, which a 50 ms sample may or may not catch. A
+    pool whose connections grew with its size would be dozens apart.
+    """
     sync_samples, _ = drain("test.quiet_fail", *SYNC_POOL)
     async_samples, _ = drain("test.async_quiet_fail", *ASYNC_POOL)
 
-    assert max(sync_samples) == max(async_samples) <= MAX_CONNECTIONS, (
-        f"sync: {shape(sync_samples)}; async: {shape(async_samples)}"
-    )
+    shapes = f"sync: {shape(sync_samples)}; async: {shape(async_samples)}"
+    assert max(sync_samples) <= MAX_CONNECTIONS, shapes
+    assert max(async_samples) <= MAX_CONNECTIONS, shapes
+    assert abs(max(sync_samples) - max(async_samples)) <= 1, shapes
     assert_every_result_recorded("test.quiet_fail", "cancelled", "partner down")
     assert_every_result_recorded("test.async_quiet_fail", "cancelled", "partner down")
