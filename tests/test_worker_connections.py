@@ -29,6 +29,8 @@ from django.db import connection, connections
 
 from django_intents.models import Intent
 
+from .conftest import external_kinds
+from .testapp.quiet import HANDLERS as QUIET_HANDLERS
 from .workerutil import Worker, wait_for
 
 INTENTS = 2_000
@@ -133,14 +135,22 @@ def drain(transactional_db: None) -> Iterator[Callable[..., tuple[list[int], Wor
 
     With ``MAX_ATTEMPTS`` 1 a failure is final, so every intent ends completed
     or cancelled and ``--drain`` does not stop at retries scheduled for later.
+    The handlers (tests/testapp/quiet.py) are the worker's through its
+    ``INTENTS["HANDLERS"]`` only, so the kinds are declared for enqueue here.
     """
     started: list[Worker] = []
 
     def run(kind: str, *flags: str) -> tuple[list[int], Worker]:
-        Intent.objects.enqueue_many(
-            {"kind": kind, "event_id": f"e-{n}", "target": "https://partner/", "payload": {"n": n}}
-            for n in range(INTENTS)
-        )
+        with external_kinds(*QUIET_HANDLERS):
+            Intent.objects.enqueue_many(
+                {
+                    "kind": kind,
+                    "event_id": f"e-{n}",
+                    "target": "https://partner/",
+                    "payload": {"n": n},
+                }
+                for n in range(INTENTS)
+            )
         count = counter()
         # Only the worker may be connected to the test database while it runs:
         # wait until the server has let this test's connection go (counting
@@ -148,7 +158,8 @@ def drain(transactional_db: None) -> Iterator[Callable[..., tuple[list[int], Wor
         connection.close()
         wait_for(lambda: count(os.getpid()) == 0, "the test's own connections to go")
         connection.close()
-        worker = Worker(["--drain", "--kinds", kind, *flags], {"MAX_ATTEMPTS": 1, "LEASE": 30}, {})
+        settings = {"MAX_ATTEMPTS": 1, "LEASE": 30, "HANDLERS": QUIET_HANDLERS}
+        worker = Worker(["--drain", "--kinds", kind, *flags], settings, {})
         started.append(worker)
         sampler = Sampler(count, worker.proc.pid)
         try:

@@ -7,7 +7,6 @@ are prefixed ``test.`` to stay out of the way of anything else registered.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import Any
 
@@ -41,33 +40,6 @@ def fail(intent: Intent, attempt: Attempt) -> None:
 @handler("test.stop")
 def stop(intent: Intent, attempt: Attempt) -> None:
     raise Stop("gone for good")
-
-
-# The connection-count tests (tests/test_worker_connections.py): thousands of
-# attempts, none of which touches the ORM, so every connection the worker
-# opens is the pool's own. Each waits a little, as a call to a partner would.
-
-
-@handler("test.quiet")
-def quiet(intent: Intent, attempt: Attempt) -> None:
-    time.sleep(options(intent).get("seconds", 0.005))
-
-
-@handler("test.quiet_fail")
-def quiet_fail(intent: Intent, attempt: Attempt) -> None:
-    time.sleep(options(intent).get("seconds", 0.005))
-    raise ValueError(f"partner down {options(intent).get('n')}")
-
-
-@handler("test.async_quiet")
-async def async_quiet(intent: Intent, attempt: Attempt) -> None:
-    await asyncio.sleep(options(intent).get("seconds", 0.05))
-
-
-@handler("test.async_quiet_fail")
-async def async_quiet_fail(intent: Intent, attempt: Attempt) -> None:
-    await asyncio.sleep(options(intent).get("seconds", 0.05))
-    raise ValueError(f"partner down {options(intent).get('n')}")
 
 
 @handler("test.sleepy")
