@@ -68,8 +68,12 @@ class Attempt:
         loop = asyncio.get_running_loop()
         woken = loop.create_future()
 
+        def resolve() -> None:
+            if not woken.done():
+                woken.set_result(None)
+
         def wake() -> None:
-            loop.call_soon_threadsafe(lambda: woken.done() or woken.set_result(None))
+            loop.call_soon_threadsafe(resolve)
 
         with self._lock:
             if self.cancelled.is_set():

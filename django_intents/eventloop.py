@@ -39,14 +39,15 @@ class EventLoop:
         self._wake = wake
         self._loop = asyncio.new_event_loop()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._ringing = False  # a wake of the pool's loop is scheduled on this loop
         self._thread = threading.Thread(target=self._run, name="intents-async", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
 
-    def submit(self, claim: Claim) -> None:
-        """Start awaiting the claim's handler; safe from any thread."""
-        self._loop.call_soon_threadsafe(self._start, claim)
+    def submit(self, claims: list[Claim]) -> None:
+        """Start awaiting the claims' handlers; safe from any thread, one wake-up for all."""
+        self._loop.call_soon_threadsafe(self._start_all, claims)
 
     def stop(self, timeout: float = 1.0) -> None:
         """Cancel what still runs (its claims were released or abandoned) and end the thread."""
@@ -71,6 +72,10 @@ class EventLoop:
         done = asyncio.gather(*self._tasks, return_exceptions=True)
         done.add_done_callback(lambda _: self._loop.stop())
 
+    def _start_all(self, claims: list[Claim]) -> None:
+        for claim in claims:
+            self._start(claim)
+
     def _start(self, claim: Claim) -> None:
         if not claim.startable():
             self._hand_back(claim)
@@ -79,7 +84,11 @@ class EventLoop:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         loop = self._loop
-        claim.attempt._when_lost(lambda: loop.call_soon_threadsafe(task.cancel))
+
+        def cancel() -> None:
+            loop.call_soon_threadsafe(task.cancel)
+
+        claim.attempt._when_lost(cancel)
 
     async def _attempt(self, claim: Claim) -> None:
         started = time.monotonic()
@@ -93,8 +102,16 @@ class EventLoop:
         except BaseException as exc:  # a handler's failure is a result, never a dead loop
             error = exc
         claim.ended(started, error)
+        error = None  # a traceback-frame cycle, as in execution.Executor.run
         self._hand_back(claim)
 
     def _hand_back(self, claim: Claim) -> None:
+        """Queue the outcome; wake the pool's loop once for all handed back in this pass."""
         self._finished.put(claim)
+        if not self._ringing:
+            self._ringing = True
+            self._loop.call_soon(self._ring)
+
+    def _ring(self) -> None:
+        self._ringing = False
         self._wake()

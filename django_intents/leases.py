@@ -6,10 +6,10 @@ a thread, or its success waits for the next batch. Every one of them is
 renewed every ``renew`` seconds, measured from when the claim was *sent*, so
 our view of the lease never outlives the database's.
 
-A renewal the database refuses means the claim is gone: the loop records
-every result itself before it renews, so no transition of the pool's own
-can have ended it (only a handler's ``attempt.atomic()``, whose attempt
-then says ``completed`` and keeps its success).
+A renewal the database refuses means the claim is gone, unless the pool
+itself just ended it: a result being recorded (``recorder.py``) or a
+handler's ``attempt.atomic()`` also ends the lease. Such a claim is only no
+longer renewed; the fenced write of its result says whether it still held.
 
 Only the loop thread calls this table.
 """
@@ -45,14 +45,27 @@ class LeaseTable:
         self._reached = reached  # called after each round trip, for liveness
         self._held: dict[str, Claim] = {}
         self._renew_at: dict[str, float] = {}
-        self._awaited = 0  # how many of the claims are async handlers' (``Claim.awaited``)
+        # Claims whose handler has not returned yet, threads' and awaited ones apart.
+        self._busy = {False: 0, True: 0}
+        self._returned: set[str] = set()  # handler returned; the result awaits recording
 
     def __len__(self) -> int:
         return len(self._held)
 
-    def awaited(self) -> int:
-        """How many held claims are awaited on the event loop; the rest are the threads'."""
-        return self._awaited
+    def busy(self, awaited: bool) -> int:
+        """Claims of async handlers (``awaited``) or of threads whose handler still runs or waits.
+
+        A claim whose handler returned takes no room any more, though its
+        lease is kept (and renewed) until its result is recorded.
+        """
+        return self._busy[awaited]
+
+    def returned(self, claim: Claim) -> None:
+        """Note that the claim's handler returned: its room is free for the next claim."""
+        token = claim.intent.claim_token
+        if token in self._held and token not in self._returned:
+            self._returned.add(token)
+            self._busy[claim.awaited] -= 1
 
     def claims(self) -> list[Claim]:
         return list(self._held.values())
@@ -63,7 +76,7 @@ class LeaseTable:
         claim.lease_end = sent + self._lease
         self._held[token] = claim
         self._renew_at[token] = sent + self._renew
-        self._awaited += claim.awaited
+        self._busy[claim.awaited] += 1
 
     def holds(self, claim: Claim) -> bool:
         return claim.intent.claim_token in self._held
@@ -72,7 +85,10 @@ class LeaseTable:
         """Forget a claim whose outcome is known."""
         token = claim.intent.claim_token
         if self._held.pop(token, None) is not None:
-            self._awaited -= claim.awaited
+            if token in self._returned:
+                self._returned.discard(token)
+            else:
+                self._busy[claim.awaited] -= 1
         self._renew_at.pop(token, None)
 
     def next_renewal(self) -> float:
@@ -98,9 +114,11 @@ class LeaseTable:
         return refused
 
     def refused(self, claims: Iterable[Claim]) -> None:
-        """Settle refused renewals: the claims are gone, unless ``attempt.atomic()`` ended them."""
+        """Settle refused renewals: the claims are gone, unless their result ended them."""
         for claim in claims:
-            if claim.attempt.completed:
+            if claim.attempt.completed or claim.outcome is not None:
+                # Its result is being recorded, which ends the lease too; the
+                # fenced write says whether the claim still held.
                 self._renew_at[claim.intent.claim_token] = math.inf
             else:
                 self.lose(claim, "it was retried, cancelled or taken over meanwhile")
@@ -111,7 +129,14 @@ class LeaseTable:
         self._renew_at[claim.intent.claim_token] = math.inf
         log.warning("%s: claim lost, %s; attempt cancelled, its result dropped", claim.name, why)
 
-    def abandon(self) -> None:
-        """Cancel every attempt when nothing can be released: the leases will expire."""
+    def abandon(self, *, unrecorded: int) -> None:
+        """Cancel every attempt when nothing can be released, and say what is left behind."""
         for claim in self._held.values():
             claim.attempt._lose()
+        if self._held:
+            log.error(
+                "%d attempt result(s) could not be recorded and %d intent(s) stay running "
+                "until their leases expire, then run again",
+                unrecorded,
+                len(self._held),
+            )

@@ -80,12 +80,37 @@ class Outage:
         self._delay = min(self._delay * 2, MAX_DELAY)
         return False
 
+    @property
+    def timeout(self) -> float:
+        return self._timeout
+
     def over(self) -> None:
         """Note a round trip that worked: the next error starts a new outage."""
         if self._since is not None:
             elapsed = time.monotonic() - self._since
             log.info("%sdatabase reachable again after %.1f s", self._prefix, elapsed)
             self._since = None
+
+
+def reuse_connection(using: str) -> None:
+    """Keep the pool's connection from turn to turn; close it only when it is broken.
+
+    Django's ``close_old_connections()`` also closes a connection older than
+    ``CONN_MAX_AGE``, which is a request's setting: with the default 0 a pool
+    would open a new connection (a new server process, on PostgreSQL) every
+    turn. The pool's connection is opened once and reopened only after an
+    error (SPEC §9), like a request's connection with ``CONN_HEALTH_CHECKS``.
+    """
+    connection = connections[using]
+    if connection.connection is None:
+        return
+    if connection.get_autocommit() != connection.settings_dict["AUTOCOMMIT"]:
+        connection.close()  # a transaction left open: never carry it into the next turn
+    elif connection.errors_occurred:
+        if connection.is_usable():
+            connection.errors_occurred = False
+        else:
+            connection.close()
 
 
 def cause_text(exc: BaseException) -> str:

@@ -10,16 +10,28 @@ thus costs the database about two statements per turn however many
 handlers finished, and a pool whose every handler fails costs no more than
 one whose every handler succeeds.
 
-Only the loop thread calls the recorder.
+Where the database takes several writers at once (PostgreSQL, MariaDB), a
+writer thread with its own connection writes each batch while the loop
+claims the next intents, so a pool's round trips overlap instead of adding
+up: the loop's connection, the writer's and the LISTEN one are all a pool
+ever holds. On SQLite, one writer at a time, the loop writes them itself.
+
+Only the loop thread calls the recorder; its writer thread shares nothing
+with the loop but the two queues that carry a batch there and back.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
 from datetime import datetime
 
-from django.db import transaction
+from django.db import Error as DatabaseFailure
+from django.db import connections, transaction
 from django.utils import timezone
 
 from .backends.base import Ending
@@ -34,19 +46,41 @@ from .states import State
 log = logging.getLogger("django_intents.worker")
 
 
+Written = tuple[list[tuple[Claim, Outcome]], DatabaseFailure | None]
+
+
 class Recorder:
     """The results handed back and not yet recorded."""
 
-    def __init__(self, manager: IntentManager, *, max_attempts: int | None) -> None:
+    def __init__(
+        self,
+        manager: IntentManager,
+        *,
+        max_attempts: int | None,
+        threaded: bool = False,
+        wake: Callable[[], None],
+    ) -> None:
         self._manager = manager
         self._max_attempts = max_attempts
+        self.threaded = threaded  # the pool decides once it knows its database
+        self._wake = wake
         self._waiting: list[Claim] = []
+        self._in_flight: list[Claim] | None = None  # the batch the writer thread has
+        self._inbox: queue.SimpleQueue[list[Claim] | None] = queue.SimpleQueue()
+        self._outbox: queue.SimpleQueue[Written] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
 
     def __len__(self) -> int:
-        return len(self._waiting)
+        return len(self._waiting) + len(self._in_flight or ())
 
     def add(self, claim: Claim) -> Outcome | None:
         """Take a finished claim; return its outcome at once when there is nothing to record."""
+        outcome = self._settled(claim)
+        if outcome is not None:
+            send_finished(claim, outcome)
+        return outcome
+
+    def _settled(self, claim: Claim) -> Outcome | None:
         attempt = claim.attempt
         if attempt.completed:
             if claim.outcome is not Outcome.SUCCESS:
@@ -63,19 +97,81 @@ class Recorder:
         self._waiting.append(claim)
         return None
 
-    def record(self) -> list[tuple[Claim, Outcome]]:
-        """Record the results so far; return each one's outcome as it was recorded.
+    def record(self, *, wait: float = 0.0) -> list[tuple[Claim, Outcome]]:
+        """Return the results recorded since the last call; hand over the next batch.
 
-        Raises the database's error with nothing recorded and everything kept
-        for the next call.
+        With a writer thread (``threaded``) a batch is written while the loop
+        claims; without one (SQLite, one writer at a time) it is written here.
+        ``wait`` bounds how long to wait for a batch in flight. Raises the
+        database's error with that batch kept for the next call.
         """
-        batch: list[Claim] = []
-        later: list[Claim] = []
-        ids: set[str] = set()
-        for claim in self._waiting:
-            # Both batches answer by id: a second claim of one intent waits a turn.
-            (later if claim.intent.id in ids else batch).append(claim)
-            ids.add(claim.intent.id)
+        results = self._take_written(wait)
+        if self._in_flight is None and self._waiting:
+            batch, self._waiting = _distinct(self._waiting)
+            if not self.threaded:
+                try:
+                    results += self._write(batch)
+                except BaseException:
+                    self._waiting = batch + self._waiting
+                    raise
+            else:
+                self._start_thread()
+                self._in_flight = batch
+                self._inbox.put(batch)
+        return results
+
+    def finish(self, timeout: float) -> list[tuple[Claim, Outcome]]:
+        """Record everything handed back so far, waiting for it up to ``timeout`` seconds."""
+        until = time.monotonic() + timeout
+        results: list[tuple[Claim, Outcome]] = []
+        while self and time.monotonic() < until:
+            results += self.record(wait=max(until - time.monotonic(), 0.0))
+        return results
+
+    def stop(self) -> None:
+        """End the writer thread; a batch it is still writing finishes on its own."""
+        if self._thread is not None:
+            self._inbox.put(None)
+            self._thread.join(1.0)
+
+    # -- the writer ----------------------------------------------------------------
+
+    def _start_thread(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=self._serve, name="intents-recorder", daemon=True
+            )
+            self._thread.start()
+
+    def _serve(self) -> None:
+        """The writer thread: write each batch handed over, on its own connection."""
+        try:
+            while (batch := self._inbox.get()) is not None:
+                try:
+                    self._outbox.put((self._write(batch), None))
+                except DatabaseFailure as exc:
+                    with contextlib.suppress(DatabaseFailure):
+                        connections[self._manager.db].close()
+                    self._outbox.put(([], exc))
+                self._wake()
+        finally:
+            connections.close_all()
+
+    def _take_written(self, wait: float) -> list[tuple[Claim, Outcome]]:
+        if self._in_flight is None:
+            return []
+        try:
+            written, error = self._outbox.get(timeout=wait) if wait else self._outbox.get_nowait()
+        except queue.Empty:
+            return []
+        batch, self._in_flight = self._in_flight, None
+        if error is not None:
+            self._waiting = batch + self._waiting
+            raise error
+        return written
+
+    def _write(self, batch: list[Claim]) -> list[tuple[Claim, Outcome]]:
+        """Record one batch of distinct intents in one or two fenced statements."""
         successes = [c for c in batch if c.outcome is Outcome.SUCCESS]
         others = [c for c in batch if c.outcome is not Outcome.SUCCESS]
         now = timezone.now()
@@ -88,7 +184,6 @@ class Recorder:
                 done.update(self._manager.complete_many(pairs, now=now))
             if endings:
                 done.update(self._manager.finish_many(endings, now=now))
-        self._waiting = later
         results = []
         for claim, ending in [*((c, None) for c in successes), *zip(others, endings, strict=True)]:
             outcome = self._recorded(claim, ending) if claim.intent.id in done else None
@@ -129,3 +224,18 @@ class Recorder:
         elif outcome is Outcome.FENCED:
             log.info("%s: handler stopped for shutdown; released, due now", claim.name)
         return outcome
+
+
+def _distinct(claims: list[Claim]) -> tuple[list[Claim], list[Claim]]:
+    """One batch of distinct intents, and the rest: a second claim of one intent waits a batch.
+
+    Both statements answer by id, so one intent can appear once per batch
+    (this pool may hold an old claim of an intent it claimed again).
+    """
+    batch: list[Claim] = []
+    later: list[Claim] = []
+    ids: set[str] = set()
+    for claim in claims:
+        (later if claim.intent.id in ids else batch).append(claim)
+        ids.add(claim.intent.id)
+    return batch, later

@@ -32,7 +32,7 @@ from collections.abc import Mapping
 from datetime import datetime
 
 from django.db import Error as DatabaseFailure
-from django.db import close_old_connections, connections, router
+from django.db import connections, router
 from django.utils import timezone
 
 from .attempt import Attempt
@@ -40,13 +40,13 @@ from .conf import get_settings
 from .demand import ClaimGroup, Demand
 from .drain import Drain
 from .eventloop import EventLoop
-from .execution import Claim, Executor, Finished, Jobs, is_async, send_finished
+from .execution import Claim, Executor, Finished, Jobs, is_async, needs_event_loop, resolve
 from .floor import ClaimFloor
 from .handlers import Handler
 from .housekeeping import Housekeeping, Liveness
 from .leases import LeaseTable
 from .models import Intent
-from .outage import Outage, cause_text
+from .outage import Outage, cause_text, reuse_connection
 from .recorder import Recorder
 from .shutdown import Shutdown
 from .startup import log_start
@@ -91,8 +91,7 @@ class WorkerPool:
         self._concurrency = settings.concurrency if concurrency is None else concurrency
         awaited = {kind for kind, h in self._handlers.items() if is_async(h)}
         self._groups = [
-            ClaimGroup(kinds=[k for k in self._kinds if k not in awaited], awaited=False),
-            ClaimGroup(kinds=[k for k in self._kinds if k in awaited], awaited=True),
+            ClaimGroup([k for k in self._kinds if (k in awaited) is a], a) for a in (False, True)
         ]
         self._lease = settings.lease if lease is None else lease
         if renew is None:
@@ -106,10 +105,9 @@ class WorkerPool:
         self._handle_signals = handle_signals
         if not self._handlers:
             raise ValueError("a worker pool needs at least one handler")
-        if self._workers < 1:
-            raise ValueError(f"workers must be at least 1, not {self._workers}")
-        if self._concurrency < 1:
-            raise ValueError(f"concurrency must be at least 1, not {self._concurrency}")
+        for name, value in (("workers", self._workers), ("concurrency", self._concurrency)):
+            if value < 1:
+                raise ValueError(f"{name} must be at least 1, not {value}")
         if not 0 < self._renew < self._lease:
             raise ValueError(
                 f"renew ({self._renew} s) must be shorter than lease ({self._lease} s)"
@@ -123,14 +121,22 @@ class WorkerPool:
         self._jobs: Jobs = queue.SimpleQueue()
         self._finished: Finished = queue.SimpleQueue()
         self._executor = Executor(using=self._using)
-        self._eventloop = EventLoop(self._finished, self._alarm.ring) if awaited else None
+        loop = needs_event_loop(self._handlers.values())
+        self._eventloop = EventLoop(self._finished, self._alarm.ring) if loop else None
         self._liveness = Liveness(self._poll)
         self._leases = LeaseTable(
             self._manager, lease=self._lease, renew=self._renew, reached=self._liveness.reached
         )
-        self._recorder = Recorder(self._manager, max_attempts=settings.max_attempts)
+        self._recorder = Recorder(
+            self._manager, max_attempts=settings.max_attempts, wake=self._alarm.ring
+        )
         self._shutdown = Shutdown(self._manager, grace=grace, alarm=self._alarm)
+        # Claims and writes fail apart (the writes may have a thread of their own):
+        # a claim that works does not end an outage of the writes.
         self._outage = Outage(
+            using=self._using, timeout=db_error_timeout, then="exiting", sleep=self._alarm.sleep
+        )
+        self._write_outage = Outage(
             using=self._using, timeout=db_error_timeout, then="exiting", sleep=self._alarm.sleep
         )
         self._housekeeping = Housekeeping(
@@ -183,6 +189,7 @@ class WorkerPool:
             self._executor.stop(threads, self._jobs, until)
             if self._eventloop is not None:
                 self._eventloop.stop(max(until - time.monotonic(), 0.1))
+            self._recorder.stop()
             connections.close_all()
             self._alarm.close()
         log.info("stopped")
@@ -212,7 +219,7 @@ class WorkerPool:
                 try:
                     self._record()
                 except DatabaseFailure as exc:
-                    if self._outage.failed(exc):
+                    if self._write_outage.failed(exc):
                         return 1
                     continue
             if self._drain.overdue():
@@ -230,7 +237,7 @@ class WorkerPool:
                     return 0
             drained = False
             try:
-                close_old_connections()
+                reuse_connection(self._using)
                 self._renew_leases()
                 if deadline is None:
                     drained = self._drain.done(self._claim(), len(self._leases))
@@ -258,16 +265,15 @@ class WorkerPool:
         return None if None in counts else 0
 
     def _claim_group(self, group: ClaimGroup) -> int | None:
-        if group.awaited:
-            free = self._concurrency - self._leases.awaited()
-        else:
-            free = self._demand.capacity() - (len(self._leases) - self._leases.awaited())
+        free = self._room(group)
         if free <= 0:
             return None
         sent = time.monotonic()
         if self._probe_first is None:
             features = connections[self._using].features
             self._probe_first = not features.has_select_for_update_skip_locked
+            # The same feature says whether a second writer can work meanwhile.
+            self._recorder.threaded = not self._probe_first
         floor = group.floor
         since, now = floor.since(), timezone.now()
         if self._probe_first:
@@ -289,7 +295,7 @@ class WorkerPool:
             Claim(
                 intent=intent,
                 attempt=Attempt(intent, using=self._using),
-                handler=self._handlers[intent.kind],
+                handler=resolve(self._handlers[intent.kind], intent),
                 awaited=group.awaited,
             )
             for intent in intents
@@ -298,13 +304,21 @@ class WorkerPool:
             # A stop arrived while the claim was in flight: hand them back unstarted.
             self._shutdown.release(claims, started=False)
             return 0
+        awaited = []
         for claim in claims:
             self._leases.add(claim, sent=sent)
-            if self._eventloop is not None and claim.awaited:
-                self._eventloop.submit(claim)
+            if self._eventloop is not None and is_async(claim.handler):
+                awaited.append(claim)
             else:
                 self._jobs.put(claim)
+        if awaited and self._eventloop is not None:
+            self._eventloop.submit(awaited)
         return len(claims)
+
+    def _room(self, group: ClaimGroup) -> int:
+        """How many more claims the group's threads or event loop can start now."""
+        room = self._concurrency if group.awaited else self._demand.capacity()
+        return room - self._leases.busy(group.awaited)
 
     def _drained_below(self, floor: ClaimFloor, since: datetime | None) -> int | None:
         """0 when a claim found nothing; ``None`` if only a floored one did.
@@ -333,15 +347,18 @@ class WorkerPool:
                 return
             if not claim.awaited:
                 self._demand.learn(claim.duration)
+            self._leases.returned(claim)
             outcome = self._recorder.add(claim)
             if outcome is not None:  # nothing to record: it was lost, or atomic() completed it
-                send_finished(claim, outcome)
                 self._leases.drop(claim)
                 self._housekeeping.count(outcome)
 
-    def _record(self) -> None:
-        """Record the results handed back so far, in one or two fenced statements."""
-        outcomes = self._recorder.record()
+    def _record(self, *, wait: float | None = None) -> None:
+        """Record the results handed back (``recorder.py``); with ``wait``, all of them."""
+        recorder = self._recorder
+        outcomes = recorder.record() if wait is None else recorder.finish(wait)
+        if outcomes:
+            self._write_outage.over()
         self._liveness.reached()
         for claim, outcome in outcomes:
             self._leases.drop(claim)
@@ -358,28 +375,21 @@ class WorkerPool:
         deadline = self._shutdown.deadline()
         if deadline is not None:
             wake.append(deadline)
-        elif len(self._leases) < self._demand.capacity():
+        elif any(self._room(group) > 0 for group in self._groups if group.kinds):
             wake.append(now + self._poll * random.uniform(0.8, 1.2))  # noqa: S311 - jitter
         return max(min(wake) - now, 0.0)
 
     def _abandon(self) -> None:
         """After an outage: nothing can be recorded or released; say what is left behind."""
         self._collect()
-        self._leases.abandon()
-        if self._leases:
-            log.error(
-                "%d attempt result(s) could not be recorded and %d intent(s) stay running "
-                "until their leases expire, then run again",
-                len(self._recorder),
-                len(self._leases),
-            )
+        self._leases.abandon(unrecorded=len(self._recorder))
 
     def _release_unfinished(self) -> None:
         """After a stop: record what finished, then release what still runs."""
         self._collect()
         if self._recorder:
             try:
-                self._record()
+                self._record(wait=self._outage.timeout)
             except DatabaseFailure as exc:
                 log.warning(
                     "%d result(s) not recorded (%s); they run again once their leases expire",

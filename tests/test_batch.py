@@ -1,8 +1,9 @@
-"""Batch transitions and the due probe: ``complete_many`` and ``has_due``."""
+"""Batch transitions and the due probe: ``complete_many``, ``finish_many`` and ``has_due``."""
 
 import pytest
 from django.db import transaction
 
+from django_intents.backends.base import Ending
 from django_intents.models import Intent
 from django_intents.signals import intents_transitioned
 
@@ -116,6 +117,75 @@ def test_complete_many_inside_a_rolled_back_transaction_changes_nothing():
         Intent.objects.complete_many(pairs, now=at(1))
         raise RuntimeError("roll back")
     assert snapshot() == before
+
+
+def test_finish_many_retries_cancels_and_releases_held_claims_and_skips_a_stale_token():
+    (a, ta), (b, tb), (c, tc), (d, td) = claimed(4)
+    endings = [
+        Ending(a, ta, "pending", next_at=at(60), error="KeyError: 'x'"),
+        Ending(b, tb, "cancelled", error="gone for good"),
+        Ending(c, tc, "pending", next_at=at(2)),
+        Ending(d, "0" * 32, "cancelled", error="stale"),
+    ]
+    assert sorted(Intent.objects.finish_many(endings, now=at(2))) == sorted([a, b, c])
+    retried, cancelled, released, untouched = row(a), row(b), row(c), row(d)
+    assert (retried.state, retried.next_at, retried.last_error) == (
+        "pending",
+        at(60),
+        "KeyError: 'x'",
+    )
+    assert (cancelled.state, cancelled.last_error, cancelled.next_at) == (
+        "cancelled",
+        "gone for good",
+        T0,
+    )
+    assert (released.state, released.next_at, released.last_error) == ("pending", at(2), "")
+    for intent in (retried, cancelled, released):
+        assert (intent.claim_token, intent.claim_until, intent.updated_at) == ("", None, at(2))
+        assert intent.attempts == 1
+    assert (untouched.state, untouched.claim_token) == ("running", td)
+
+
+def test_finish_many_refuses_bad_endings_before_writing():
+    [(id, token)] = claimed(1)
+    before = snapshot()
+    bad = [
+        [Ending(id, token, "completed")],
+        [Ending(id, token, "pending", next_at=T0.replace(tzinfo=None))],
+        [Ending(id, token, "cancelled"), Ending(id, token, "pending")],
+        [Ending("", token, "cancelled")],
+    ]
+    for endings in bad:
+        with pytest.raises((ValueError, TypeError)):
+            Intent.objects.finish_many(endings, now=at(1))
+    assert snapshot() == before
+
+
+def test_finish_many_of_a_large_batch_moves_every_claim():
+    pairs = claimed(520)
+    endings = [Ending(id, token, "cancelled", error="down") for id, token in pairs]
+    assert len(Intent.objects.finish_many(endings, now=at(1))) == 520
+    assert set(Intent.objects.values_list("state", "last_error")) == {("cancelled", "down")}
+
+
+def test_finish_many_announces_each_state_after_commit(django_capture_on_commit_callbacks):
+    seen = []
+
+    def receiver(sender, to, kinds, **kwargs):
+        seen.append((to, sorted(kinds)))
+
+    intents_transitioned.connect(receiver)
+    try:
+        (a, ta), (b, tb) = claimed(2)
+        seen.clear()
+        with django_capture_on_commit_callbacks(execute=True), transaction.atomic():
+            Intent.objects.finish_many(
+                [Ending(a, ta, "pending", next_at=at(9)), Ending(b, tb, "cancelled")], now=at(1)
+            )
+            assert seen == []
+        assert seen == [("pending", ["webhook"]), ("cancelled", ["webhook"])]
+    finally:
+        intents_transitioned.disconnect(receiver)
 
 
 def test_has_due_sees_a_due_pending_intent_and_not_a_future_one():

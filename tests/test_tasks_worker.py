@@ -73,6 +73,24 @@ def test_tasks_round_trip_through_run_intent_workers(drain):
         assert row(enqueued.id).state == Intent.State.COMPLETED
 
 
+def test_async_tasks_are_awaited_on_the_pools_event_loop_and_their_failures_recorded(drain):
+    where = tasks.async_where.enqueue()
+    fails = tasks.async_fails.enqueue()
+
+    drain()
+
+    result = tasks.async_where.get_result(where.id)
+    assert (result.status, result.return_value) == (TaskResultStatus.SUCCESSFUL, "intents-async")
+    assert row(where.id).state == Intent.State.COMPLETED
+    failed = tasks.async_fails.get_result(fails.id)
+    assert failed.status == TaskResultStatus.FAILED
+    assert failed.errors[0].exception_class_path == "builtins.ValueError"
+    assert "async task failed" in failed.errors[0].traceback
+    cancelled = row(fails.id)
+    assert (cancelled.state, cancelled.attempts) == (Intent.State.CANCELLED, 1)
+    assert cancelled.last_error == "ValueError: async task failed"
+
+
 def test_a_task_that_exits_fails_and_the_worker_keeps_going(drain):
     # One worker thread, so the exiting tasks are claimed first and run before the rest.
     exiting = [tasks.exits.enqueue(1), tasks.calls_exit.enqueue(), tasks.interrupted.enqueue()]

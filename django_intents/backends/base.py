@@ -310,17 +310,17 @@ class Backend:
             if not held:
                 return []
             endings = [by_id[id] for id, _ in held]
-            sets, params = [], []
-            for column, value in (
-                ("state", lambda e: e.state),
-                ("next_at", lambda e: None if e.next_at is None else self.dt(e.next_at)),
-                ("last_error", lambda e: e.error),
+            sets: list[str] = []
+            params: list[Any] = []
+            for column, values in (
+                ("state", [(e.id, e.state) for e in endings]),
+                ("next_at", [(e.id, self.dt(e.next_at)) for e in endings if e.next_at]),
+                ("last_error", [(e.id, e.error) for e in endings if e.error is not None]),
             ):
-                cases = [(e.id, value(e)) for e in endings if value(e) is not None]
-                if cases:
-                    whens = " ".join(["WHEN %s THEN %s"] * len(cases))
+                if values:
+                    whens = " ".join(["WHEN %s THEN %s"] * len(values))
                     sets.append(f"{column} = CASE id {whens} ELSE {column} END")
-                    params += [v for case in cases for v in case]
+                    params += [v for pair in values for v in pair]
             statement = (
                 f"UPDATE {self.table} SET {', '.join(sets)}, {CLEAR_CLAIM}, updated_at = %s "
                 f"WHERE id IN ({', '.join(['%s'] * len(held))})"

@@ -12,10 +12,19 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from django.conf import settings
 from django.db.backends.postgresql.psycopg_any import is_psycopg3
 
 if is_psycopg3:
     from django.db.backends.postgresql.base import ServerBindingCursor
+    from psycopg import postgres, pq
+
+    # psycopg's fastest text loader for timestamptz (C, with psycopg[binary]).
+    TIMESTAMPTZ_LOADER: Any = postgres.adapters.get_loader(
+        postgres.types["timestamptz"].oid, pq.Format.TEXT
+    )
+else:
+    TIMESTAMPTZ_LOADER = None
 
 from .base import (
     CLAIM_ORDER,
@@ -140,9 +149,24 @@ class PostgreSQLBackend(Backend):
         with connection.wrap_database_errors:
             # django-stubs type Django's cursor classes, not psycopg's subclass of them.
             raw: Any = ServerBindingCursor(connection.connection)  # type: ignore[call-arg]
+        if self.fast_timestamps(connection):
+            raw.adapters.register_loader("timestamptz", TIMESTAMPTZ_LOADER)
         if connection.queries_logged:
             return connection.make_debug_cursor(raw)
         return connection.make_cursor(raw)
+
+    @staticmethod
+    def fast_timestamps(connection: Any) -> bool:
+        """Whether psycopg's own C loader returns exactly what Django's would.
+
+        Django loads ``timestamptz`` with a Python subclass of psycopg's loader
+        that only replaces ``tzinfo`` with the connection's time zone; with
+        ``USE_TZ`` and a UTC session that is what the C loader returns anyway,
+        seven times faster: a claim of 500 intents parses 2,000 timestamps.
+        """
+        return bool(
+            TIMESTAMPTZ_LOADER is not None and settings.USE_TZ and connection.timezone_name == "UTC"
+        )
 
     def insert(self, rows: Sequence[dict[str, Any]]) -> list[str]:
         if len(rows) > 1:

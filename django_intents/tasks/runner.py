@@ -16,19 +16,23 @@ Everything the task raises is caught here, ``SystemExit`` and
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import logging
 import os
 import socket
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol, runtime_checkable
 
+from asgiref.sync import sync_to_async
 from django.core.exceptions import ImproperlyConfigured
-from django.db import DatabaseError, connections, router
+from django.db import DatabaseError, close_old_connections, connections, router
 from django.dispatch import Signal
 from django.utils import timezone
 
 from ..conf import get_settings
 from ..exceptions import ClaimLost, Stop
+from ..handlers import Handler
 from ..retries import gives_up
 from ..states import State
 from ..validation import exception_text
@@ -43,7 +47,7 @@ from .compat import (
     task_finished,
     task_started,
 )
-from .record import MalformedRecord, TaskRecord, check_storable, make_result
+from .record import MalformedRecord, TaskRecord, check_storable, load_task, make_result
 
 if TYPE_CHECKING:
     from ..attempt import Attempt
@@ -69,6 +73,58 @@ def run_task(intent: Intent, attempt: Attempt) -> None:
     """Run the task a claimed intent records and write its outcome into the payload."""
     # A pool that is shutting down hands the intent back instead of starting it.
     attempt.check()
+    backend, task, record, result = _start(intent)
+    try:
+        value = task.call(*_arguments(task, record, result), **record.kwargs)
+    except BaseException as exc:  # noqa: B036 - a task's exit or interrupt fails the task
+        _failed(intent, backend, task, record, exc, final=_is_final(exc, intent, backend))
+    _succeeded(intent, attempt, backend, task, record, value)
+
+
+async def run_task_async(intent: Intent, attempt: Attempt) -> None:
+    """Run an ``async def`` task on the pool's event loop, as ``run_task`` runs the others.
+
+    The task is awaited where it runs, not wrapped in a per-task
+    ``async_to_sync``; the runner's own writes (its start, its outcome, the
+    completion) go through ``sync_to_async``, one thread and one connection
+    for every async task of the process.
+    """
+    attempt.check()
+    try:
+        backend, task, record, result = await sync_to_async(_start)(intent)
+        try:
+            value = await task.acall(*_arguments(task, record, result), **record.kwargs)
+        except asyncio.CancelledError:
+            raise  # the claim was lost: nothing of this attempt may be written
+        except BaseException as exc:  # noqa: B036 - a task's exit or interrupt fails the task
+            final = _is_final(exc, intent, backend)
+            await sync_to_async(_failed_with)(intent, backend, task, record, exc, final=final)
+        await sync_to_async(_succeeded)(intent, attempt, backend, task, record, value)
+    finally:
+        # That thread's connection follows CONN_MAX_AGE, as a worker thread's does.
+        await sync_to_async(close_old_connections)()
+
+
+def for_intent(intent: Intent) -> Handler:
+    """The runner of this intent's task: ``run_task_async`` for an ``async def`` task.
+
+    The pool asks this of the task kind's handler for every claim (one kind
+    holds both), and awaits an async task on its event loop.
+    """
+    try:
+        path = TaskRecord.from_payload(intent.payload).path
+        func = getattr(load_task(path), "func", None)
+    except (MalformedRecord, InvalidTask, ImproperlyConfigured, ImportError):
+        return run_task  # which says why the task cannot run
+    return run_task_async if inspect.iscoroutinefunction(func) else run_task
+
+
+# How the pool finds the chooser (execution.resolve); a plain function stays the handler.
+run_task.for_intent = for_intent  # type: ignore[attr-defined]
+
+
+def _start(intent: Intent) -> tuple[_Backend, Task[Any, Any], TaskRecord, TaskResult[Any, Any]]:
+    """Load the task and record its start; ``Stop`` if the record cannot name a task."""
     try:
         record = TaskRecord.from_payload(intent.payload)
         backend = _backend(record.backend)
@@ -76,7 +132,6 @@ def run_task(intent: Intent, attempt: Attempt) -> None:
     except (MalformedRecord, InvalidTask, ImproperlyConfigured) as exc:
         # Never retried: the stored path or options will not get better by waiting.
         raise Stop(f"cannot run this task: {exc}") from exc
-
     now = timezone.now()
     record.worker_ids.append(worker_id())
     record.started_at = record.started_at or now
@@ -84,14 +139,23 @@ def run_task(intent: Intent, attempt: Attempt) -> None:
     _save(intent, record)
     result = _result(intent, task, record, TaskResultStatus.RUNNING)
     _send(task_started, backend, result)
+    return backend, task, record, result
 
-    try:
-        if task.takes_context:
-            value = task.call(TaskContext(task_result=result), *record.args, **record.kwargs)
-        else:
-            value = task.call(*record.args, **record.kwargs)
-    except BaseException as exc:  # noqa: B036 - a task's exit or interrupt fails the task
-        _failed(intent, backend, task, record, exc, final=_is_final(exc, intent, backend))
+
+def _arguments(task: Task[Any, Any], record: TaskRecord, result: TaskResult[Any, Any]) -> list[Any]:
+    if task.takes_context:
+        return [TaskContext(task_result=result), *record.args]
+    return list(record.args)
+
+
+def _succeeded(
+    intent: Intent,
+    attempt: Attempt,
+    backend: _Backend,
+    task: Task[Any, Any],
+    record: TaskRecord,
+    value: Any,
+) -> None:
     try:
         # A value that would not read back as it is fails the task: retrying
         # would return the same value again.
@@ -106,6 +170,23 @@ def run_task(intent: Intent, attempt: Attempt) -> None:
     _send(
         task_finished, backend, _result(intent, task, record, TaskResultStatus.SUCCESSFUL, finished)
     )
+
+
+def _failed_with(
+    intent: Intent,
+    backend: _Backend,
+    task: Task[Any, Any],
+    record: TaskRecord,
+    exc: BaseException,
+    *,
+    final: bool,
+) -> NoReturn:
+    """``_failed`` for an exception caught in another thread: raised here again first, so
+    receivers of ``task_finished`` see it in ``sys.exc_info()`` as they do for sync tasks."""
+    try:
+        raise exc
+    except BaseException:  # noqa: B036 - re-raised by _failed
+        _failed(intent, backend, task, record, exc, final=final)
 
 
 def worker_id() -> str:

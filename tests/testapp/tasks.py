@@ -7,7 +7,9 @@ so a test can see from another process what ran and how often.
 
 from __future__ import annotations
 
+import asyncio
 import sys
+import threading
 from typing import Any
 
 from django_intents import Stop
@@ -92,6 +94,19 @@ def returns_a_tuple() -> tuple[int, str]:
 @task
 async def async_add(a: int, b: int) -> int:
     return a + b
+
+
+@task
+async def async_where() -> str:
+    """Which thread awaits an async task: the pool's event loop, not a worker thread."""
+    await asyncio.sleep(0)
+    return threading.current_thread().name
+
+
+@task
+async def async_fails() -> None:
+    await asyncio.sleep(0)
+    raise ValueError("async task failed")
 
 
 @task(takes_context=True)
