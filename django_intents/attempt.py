@@ -73,7 +73,8 @@ class Attempt:
                 woken.set_result(None)
 
         def wake() -> None:
-            loop.call_soon_threadsafe(resolve)
+            with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits any more
+                loop.call_soon_threadsafe(resolve)
 
         with self._lock:
             if self.cancelled.is_set():

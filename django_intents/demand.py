@@ -22,19 +22,35 @@ CLAIM_AHEAD_BELOW = 0.02  # seconds: handlers quicker than this on average get t
 
 
 class Demand:
-    """The pool's capacity, from a moving average of its handlers' durations."""
+    """The pool's capacity, from moving averages of its handlers' and its turns' durations."""
 
     def __init__(self, workers: int) -> None:
         self._workers = workers
         self._handler_time: float | None = None  # seconds
+        self._turn_time = 0.0  # seconds from the start of a busy turn to the end of its claim
 
     def learn(self, duration: float) -> None:
         last = self._handler_time
         self._handler_time = duration if last is None else 0.8 * last + 0.2 * duration
 
+    def turned(self, duration: float) -> None:
+        self._turn_time = 0.8 * self._turn_time + 0.2 * duration
+
     def capacity(self) -> int:
-        quick = self._handler_time is not None and self._handler_time < CLAIM_AHEAD_BELOW
-        return self._workers * 2 if quick else self._workers
+        """The threads, and the claims they are expected to finish during one turn.
+
+        A thread that finishes waits for the loop's next claim; with many
+        threads that is most of a turn, every time. Queuing the claims that
+        threads free within a turn keeps them busy; a queued claim then waits
+        about a turn, never behind a long handler, since long handlers free
+        almost none per turn.
+        """
+        handler = self._handler_time
+        if handler is None:
+            return self._workers
+        if handler < CLAIM_AHEAD_BELOW:
+            return self._workers * 2
+        return self._workers + min(int(self._workers * self._turn_time / handler), self._workers)
 
 
 @dataclass

@@ -19,6 +19,7 @@ to finish, and only what still runs after it is cancelled and released.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 import time
@@ -86,7 +87,8 @@ class EventLoop:
         loop = self._loop
 
         def cancel() -> None:
-            loop.call_soon_threadsafe(task.cancel)
+            with contextlib.suppress(RuntimeError):  # the loop closed: the task is over
+                loop.call_soon_threadsafe(task.cancel)
 
         claim.attempt._when_lost(cancel)
 

@@ -214,6 +214,7 @@ class WorkerPool:
         # Pools started together (a deploy, a restart) should not claim in step.
         self._alarm.sleep(random.uniform(0, self._poll))  # noqa: S311 - jitter
         while True:
+            turn = time.monotonic()
             self._collect()
             if self._recorder:
                 try:
@@ -238,9 +239,10 @@ class WorkerPool:
             drained = False
             try:
                 reuse_connection(self._using)
-                self._renew_leases()
+                self._leases.refused(self._leases.renew_due())
                 if deadline is None:
                     drained = self._drain.done(self._claim(), len(self._leases))
+                    self._demand.turned(time.monotonic() - turn)
                 self._liveness.keep_alive(connections[self._using])
             except DatabaseFailure as exc:
                 if self._outage.failed(exc):
@@ -332,11 +334,6 @@ class WorkerPool:
             floor.rescan()
             self._alarm.ring()
         return None
-
-    def _renew_leases(self) -> None:
-        refused = self._leases.renew_due()
-        if refused:
-            self._leases.refused(refused)
 
     def _collect(self) -> None:
         """Take the claims whose handlers have returned; queue their results to record."""

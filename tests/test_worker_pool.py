@@ -509,7 +509,9 @@ def test_a_stop_releases_a_queued_claim_without_running_it(background):
     enqueue_at("p.quick", 6, seconds_ago=60)
     first, second = enqueue_at("p.block", 2, seconds_ago=30)
     job = background(pool({"p.quick": lambda intent, attempt: None, "p.block": block}, workers=1))
-    wait_for(lambda: started and running() == 2, "one claim running, one queued")
+    wait_for(
+        lambda: started and row(second).state == Intent.State.RUNNING, "one running, one queued"
+    )
     assert job.finish() == 0
     assert started == ["p.block-0"]
     queued = row(second)
@@ -629,3 +631,19 @@ def test_a_timeout_that_is_not_a_positive_number_of_seconds_is_refused(timeout):
 def test_a_timeout_without_drain_or_until_empty_is_refused():
     with pytest.raises(ValueError, match="timeout bounds a drain"):
         pool({"p.x": lambda intent, attempt: None}, timeout=5)
+
+
+def test_demand_queues_what_threads_free_within_a_turn_and_no_more_than_a_thread_each():
+    queue = demand.Demand(100)
+    assert queue.capacity() == 100  # nothing learned yet: one claim per thread
+    queue.learn(0.001)
+    assert queue.capacity() == 200  # quick handlers: two each
+    slow = demand.Demand(100)
+    slow.learn(0.1)
+    for _ in range(50):
+        slow.turned(0.02)
+    assert slow.capacity() == 119  # ~100 x 20 ms / 100 ms freed per turn (average just below)
+    slow.learn(60.0)
+    for _ in range(50):
+        slow.learn(60.0)
+    assert slow.capacity() == 100  # long handlers free none per turn: nothing queued
