@@ -3,8 +3,9 @@
 
 Needs nothing but Python 3.11+. On the first run it creates ``.venv`` (the one
 ``tests/run.py`` uses too) and installs the project into it, with the ``tasks``
-extra (the ``django.tasks`` backport on Django 5.2; harmless on 6); then, every time,
-it migrates the database (SQLite in ``--dir`` unless ``DATABASE_URL`` says
+extra (the ``django.tasks`` backport on Django 5.2; harmless on 6) and the
+``aiohttp`` extra (the HTTP client of the shop's async webhook handler); then,
+every time, it migrates the database (SQLite in ``--dir`` unless ``DATABASE_URL`` says
 ``postgres://...`` or ``mysql://...``), makes sure the superuser admin/admin
 exists, places a few sample orders (some to a flaky partner, so retries and a
 cancellation can be watched) and runs the site and a worker pool side by side,
@@ -89,7 +90,9 @@ def ensure_environment(database_url: str) -> str:
     extra, module = driver(database_url)
     # django_intents.tasks imports only with a task framework: Django 6's own, or
     # on Django 5.2 the django-tasks backport that the "tasks" extra installs.
-    needed = ["django", "django_prometheus", "django_intents.tasks", *([module] if module else [])]
+    # aiohttp: the shop's webhook handler is async and posts with it.
+    needed = ["django", "django_prometheus", "django_intents.tasks", "aiohttp"]
+    needed += [module] if module else []
     if sys.prefix != sys.base_prefix and imports(sys.executable, needed):
         return sys.executable
     python = VENV / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
@@ -99,7 +102,7 @@ def ensure_environment(database_url: str) -> str:
         if created.returncode:
             sys.exit("could not create .venv; on Debian or Ubuntu, install python3-venv first")
     if not imports(python, needed):
-        spec = f".[tasks,{extra}]" if extra else ".[tasks]"
+        spec = f".[tasks,aiohttp,{extra}]" if extra else ".[tasks,aiohttp]"
         say(f"installing django-intents ({spec}) into {VENV.name}; the first time takes a minute")
         pip = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
         if subprocess.run([*pip, "-e", spec], cwd=ROOT, check=False).returncode:  # noqa: S603

@@ -40,6 +40,7 @@ WORK = ROOT / ".tmp" / "quickstart"
 MARKER = "<!-- quickstart -->"
 BLOCK = re.compile(r"^" + re.escape(MARKER) + r"\n```(\w+)\n(.*?)^```$", re.MULTILINE | re.DOTALL)
 TITLE = re.compile(r"# ([\w./-]+\.py)(: add at the end)?\n")
+README_EXTRAS = "aiohttp"
 
 
 def say(message: str) -> None:
@@ -97,7 +98,7 @@ def build_wheel(build_python: str, out: Path) -> Path:
 
 
 def fresh_venv(python: str, wheel: Path) -> tuple[Path, dict[str, str]]:
-    """A new virtual environment with the wheel and only what it declares."""
+    """A new virtual environment with the wheel and its aiohttp extra, and only what they declare."""
     venv = WORK / "venv"
     run([python, "-m", "venv", str(venv)], WORK, dict(os.environ))
     # What a user's shell has after `source venv/bin/activate`, and nothing of
@@ -110,7 +111,9 @@ def fresh_venv(python: str, wheel: Path) -> tuple[Path, dict[str, str]]:
     env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
     env["VIRTUAL_ENV"] = str(venv)
     pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q"]
-    run([*pip, "--disable-pip-version-check", str(wheel)], WORK, env, timeout=300)
+    # With the extra the README's install line names: its handler posts with aiohttp.
+    requirement = f"{wheel}[{README_EXTRAS}]"
+    run([*pip, "--disable-pip-version-check", requirement], WORK, env, timeout=300)
     return venv, env
 
 

@@ -11,14 +11,19 @@ pool the other tests start.
 
 from __future__ import annotations
 
+import asyncio
+import http.server
 import importlib
+import inspect
 import socket
-import urllib.error
+import threading
+import time
 from collections.abc import Iterator
 from datetime import timedelta
 from decimal import Decimal
-from typing import Any
+from typing import Any, ClassVar
 
+import aiohttp
 import pytest
 from django.apps import apps
 from django.conf import settings
@@ -40,6 +45,7 @@ from example_project.settings import SQLITE_OPTIONS, database_from_url
 # during a brief installation (no admin, so nothing registers globally); the
 # shop_app fixture installs it again, with these same classes, while tests run.
 with override_settings(INSTALLED_APPS=["django_intents", "example_project.shop"]):
+    from example_project.shop import handlers as shop_handlers
     from example_project.shop.handlers import DeliveryFailed, deliver_webhook, send_push
     from example_project.shop.models import Order, PushLog, Receipt, ReceivedWebhook
     from example_project.shop.tasks import send_receipt
@@ -457,32 +463,105 @@ def claimed(target: str, event_id: str = "order-1-placed", **claim: Any) -> Inte
     return intent
 
 
+def run_webhook(intent: Intent, attempt: Attempt | None = None) -> None:
+    """Await the async webhook handler on a loop of its own, as a unit test of it does."""
+    asyncio.run(deliver_webhook(intent, attempt or Attempt(intent)))
+
+
 def closed_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
 
 
+class SlowPartner(http.server.BaseHTTPRequestHandler):
+    """Answers 200 only after ``delay`` seconds (or once ``release`` is set)."""
+
+    delay = 30.0
+    release = threading.Event()
+    requests: ClassVar[list[str]] = []
+
+    def do_POST(self) -> None:  # noqa: N802 - the name http.server calls
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.requests.append(self.headers.get("Idempotency-Key") or "")
+        self.release.wait(self.delay)
+        try:
+            self.send_response(200)
+            self.end_headers()
+        except OSError:  # the client gave up long ago
+            pass
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - base signature
+        pass
+
+
+@pytest.fixture
+def slow_partner(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A real HTTP server that hangs far longer than the handler's timeout, cut to 0.5 s."""
+    monkeypatch.setattr(shop_handlers, "TIMEOUT", 0.5)
+    SlowPartner.release = threading.Event()
+    SlowPartner.requests = []
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), SlowPartner)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/hook"
+    finally:
+        SlowPartner.release.set()
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+def test_the_webhook_handler_is_a_coroutine_function_the_pool_awaits():
+    assert inspect.iscoroutinefunction(deliver_webhook)
+
+
 @pytest.mark.django_db(transaction=True)
 def test_the_webhook_handler_delivers_with_the_intent_id_as_idempotency_key(live_server: Any):
     intent = claimed(live_server.url + RECEIVER)
 
-    assert deliver_webhook(intent, Attempt(intent)) is None
+    assert run_webhook(intent) is None
 
     stored = ReceivedWebhook.objects.get()
     assert (stored.key, stored.payload, stored.attempt) == (intent.id, intent.payload, 1)
 
 
 @pytest.mark.django_db(transaction=True)
+def test_deliveries_on_one_loop_share_one_session_and_it_closes_with_the_loop(live_server: Any):
+    first = claimed(live_server.url + RECEIVER, "order-1-placed")
+    second = claimed(live_server.url + RECEIVER, "order-2-placed")
+    seen: list[Any] = []
+    loops: list[asyncio.AbstractEventLoop] = []
+
+    async def both() -> None:
+        loops.append(asyncio.get_running_loop())
+        await deliver_webhook(first, Attempt(first))
+        seen.append(await shop_handlers.shared_session())
+        await deliver_webhook(second, Attempt(second))
+        seen.append(await shop_handlers.shared_session())
+
+    asyncio.run(both())
+
+    assert seen[0] is seen[1]
+    assert seen[0].closed  # closed by asyncio.run's shutdown, not left for the collector
+    assert loops[0] not in shop_handlers._sessions
+    assert sorted(ReceivedWebhook.objects.values_list("key", flat=True)) == sorted(
+        [first.id, second.id]
+    )
+
+
+@pytest.mark.django_db(transaction=True)
 def test_a_redelivery_after_a_lost_lease_is_stored_once(live_server: Any):
     first = claimed(live_server.url + RECEIVER, lease=1)
-    deliver_webhook(first, Attempt(first))
+    run_webhook(first)
     # The worker died before recording the result; another one takes over.
     second = Intent.objects.claim(kinds=["webhook"], now=timezone.now() + timedelta(seconds=5))
     assert second is not None
     assert (second.id, second.attempts) == (first.id, 2)
 
-    deliver_webhook(second, Attempt(second))
+    run_webhook(second)
 
     stored = ReceivedWebhook.objects.get()
     assert (stored.key, stored.attempt, stored.deliveries) == (first.id, 1, 2)
@@ -494,7 +573,7 @@ def test_a_4xx_answer_stops_the_intent(live_server: Any, status: int):
     intent = claimed(f"{live_server.url}{RECEIVER}?status={status}")
 
     with pytest.raises(Stop, match=f"HTTP {status}"):
-        deliver_webhook(intent, Attempt(intent))
+        run_webhook(intent)
     assert not ReceivedWebhook.objects.exists()
 
 
@@ -504,7 +583,7 @@ def test_a_5xx_or_429_answer_raises_for_a_retry(live_server: Any, query: str):
     intent = claimed(f"{live_server.url}{RECEIVER}{query}")
 
     with pytest.raises(DeliveryFailed, match="HTTP"):
-        deliver_webhook(intent, Attempt(intent))
+        run_webhook(intent)
     assert not ReceivedWebhook.objects.exists()
 
 
@@ -514,7 +593,7 @@ def test_a_redirect_is_retried_not_followed_as_a_get(live_server: Any):
     intent = claimed(live_server.url + RECEIVER.rstrip("/"))
 
     with pytest.raises(DeliveryFailed, match="HTTP 301"):
-        deliver_webhook(intent, Attempt(intent))
+        run_webhook(intent)
     assert not ReceivedWebhook.objects.exists()
 
 
@@ -522,8 +601,8 @@ def test_a_redirect_is_retried_not_followed_as_a_get(live_server: Any):
 def test_an_unreachable_partner_raises_for_a_retry():
     intent = claimed(f"http://127.0.0.1:{closed_port()}/hook")
 
-    with pytest.raises(urllib.error.URLError):
-        deliver_webhook(intent, Attempt(intent))
+    with pytest.raises(aiohttp.ClientConnectionError):
+        run_webhook(intent)
 
 
 @pytest.mark.django_db(transaction=True)
@@ -531,7 +610,52 @@ def test_a_target_that_is_not_http_is_stopped_without_a_request():
     intent = claimed("file:///etc/passwd")
 
     with pytest.raises(Stop, match="not an http"):
-        deliver_webhook(intent, Attempt(intent))
+        run_webhook(intent)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_attempt_cancelled_before_the_request_sends_nothing(live_server: Any):
+    intent = claimed(live_server.url + RECEIVER)
+    attempt = Attempt(intent)
+    attempt.cancelled.set()  # what the pool does when the claim is lost or it shuts down
+
+    with pytest.raises(ClaimLost):
+        run_webhook(intent, attempt)
+    assert not ReceivedWebhook.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_partner_that_hangs_past_the_timeout_fails_the_attempt_in_time(slow_partner: str):
+    intent = claimed(slow_partner)
+    started = time.monotonic()
+
+    with pytest.raises(DeliveryFailed, match=r"did not answer within 0\.5 s"):
+        run_webhook(intent)
+
+    assert time.monotonic() - started < 5  # the partner would have taken 30 s
+    assert SlowPartner.requests == [intent.id]
+    row = Intent.objects.get(pk=intent.pk)
+    assert (row.state, row.attempts) == ("running", 1)  # nothing recorded without a pool
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_pool_retries_a_webhook_whose_partner_hangs_past_the_timeout(slow_partner: str):
+    hung = Intent.objects.enqueue("webhook", "order-1-placed", slow_partner, {"n": 1})
+    pool = WorkerPool(
+        handlers={"webhook": deliver_webhook}, workers=1, drain=True, handle_signals=False
+    )
+    started = time.monotonic()
+
+    assert pool.run() == 0
+
+    assert time.monotonic() - started < 10  # the partner would have taken 30 s
+    row = Intent.objects.get(pk=hung)
+    assert (row.state, row.attempts) == ("pending", 1)
+    assert "DeliveryFailed" in row.last_error
+    assert "did not answer within 0.5 s" in row.last_error
+    assert row.next_at > timezone.now()
+    assert SlowPartner.requests == [hung]
+    assert not ReceivedWebhook.objects.exists()
 
 
 @pytest.mark.django_db(transaction=True)

@@ -5,15 +5,24 @@ it, and then the intent runs again. Each handler makes a second run harmless in
 its own way: the webhook carries the intent id as its ``Idempotency-Key`` for the
 partner to de-duplicate on; the push writes its row and completes its intent in
 one transaction (``attempt.atomic()``), so it happens exactly once.
+
+The webhook handler is ``async def``: a delivery spends nearly all its time
+waiting on the partner, and the pool awaits async handlers on one event loop,
+so ``--concurrency`` deliveries can be in flight at once without a thread each.
+The push handler stays a plain function; both run in the same pool.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
-import urllib.error
-import urllib.request
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncGenerator
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
+
+# aiohttp (aio-libs): the fastest well-maintained asyncio HTTP client, with a
+# connection pool per session and a timeout per request (ClientTimeout).
+import aiohttp
 
 from django_intents import Stop, handler
 
@@ -23,51 +32,82 @@ if TYPE_CHECKING:
     from django_intents import Attempt
     from django_intents.models import Intent
 
-# Well below the lease (INTENTS["LEASE"]), so a hung partner costs one attempt,
-# not the claim.
+# The whole request (connect, send, read the answer) must finish in this many
+# seconds. Well below the lease (INTENTS["LEASE"], 30 s by default), so a hung
+# partner costs one attempt, not the claim.
 TIMEOUT = 5.0
 USER_AGENT = "django-intents-example/1"
 
 
 class DeliveryFailed(Exception):
-    """The partner did not take the delivery this time (5xx, 429, 3xx); retry later."""
+    """The partner did not take the delivery this time (5xx, 429, 3xx, no answer); retry later."""
 
 
-class _NoRedirects(urllib.request.HTTPRedirectHandler):
-    """Report redirects as they are; urllib would turn a redirected POST into a GET."""
+# One session per event loop: an aiohttp session belongs to the loop it was
+# created on, so it is made lazily, from inside a coroutine, the first time a
+# delivery runs on that loop (at import time there is no running loop). Beside
+# it, the parked generator that closes it when the loop shuts down.
+_sessions: dict[asyncio.AbstractEventLoop, tuple[aiohttp.ClientSession, AsyncGenerator[None]]] = {}
 
-    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
-        return None
+
+async def _close_with_the_loop(session: aiohttp.ClientSession) -> AsyncGenerator[None]:
+    """Keep ``session`` until its loop shuts down, then close it.
+
+    An event loop closes the async generators still suspended when it shuts
+    down (``loop.shutdown_asyncgens()``, which ``asyncio.run`` calls), so
+    parking this one at its ``yield`` closes the session with the loop instead
+    of leaving sockets behind and a ResourceWarning.
+    """
+    try:
+        yield
+    finally:
+        _sessions.pop(asyncio.get_running_loop(), None)
+        await session.close()
 
 
-_opener = urllib.request.build_opener(_NoRedirects)
+async def shared_session() -> aiohttp.ClientSession:
+    """The running loop's shared session, created on first use."""
+    loop = asyncio.get_running_loop()
+    if loop in _sessions and not _sessions[loop][0].closed:
+        return _sessions[loop][0]
+    session = aiohttp.ClientSession(
+        # No connection limit of the session's own: --concurrency already bounds
+        # the deliveries in flight, and a request queued for a free connection
+        # would spend its timeout waiting for one.
+        connector=aiohttp.TCPConnector(limit=0),
+        headers={"User-Agent": USER_AGENT},
+    )
+    keeper = _close_with_the_loop(session)
+    _sessions[loop] = (session, keeper)
+    await anext(keeper)  # parked at its yield until the loop shuts down
+    return session
 
 
 @handler("webhook")
-def deliver_webhook(intent: Intent, attempt: Attempt) -> None:
+async def deliver_webhook(intent: Intent, attempt: Attempt) -> None:
     """POST the payload as JSON to ``intent.target``; 2xx is done, 4xx (but 429) is final."""
     if urlsplit(intent.target).scheme not in ("http", "https"):
         raise Stop(f"not an http(s) URL: {intent.target}")
-    request = urllib.request.Request(  # noqa: S310 - the scheme is checked above
-        intent.target,
-        data=json.dumps(intent.payload).encode(),
-        method="POST",
-        headers={
-            "Content-Type": "application/json",
-            "User-Agent": USER_AGENT,
-            # The partner stores each key once: a retried delivery is harmless.
-            "Idempotency-Key": intent.id,
-            "Intent-Attempt": str(intent.attempts),
-        },
-    )
+    client = await shared_session()
     attempt.check()  # do not start a delivery for a claim that is already lost
     try:
-        with _opener.open(request, timeout=TIMEOUT) as response:
+        async with client.post(
+            intent.target,
+            data=json.dumps(intent.payload).encode(),
+            headers={
+                "Content-Type": "application/json",
+                # The partner stores each key once: a retried delivery is harmless.
+                "Idempotency-Key": intent.id,
+                "Intent-Attempt": str(intent.attempts),
+            },
+            # A redirected POST would arrive elsewhere (or as a GET): report it instead.
+            allow_redirects=False,
+            timeout=aiohttp.ClientTimeout(total=TIMEOUT),
+        ) as response:
             status = response.status
-    except urllib.error.HTTPError as error:
-        status = error.code
-        error.close()
-    # Network errors (refused, reset, timeout) propagate as they are: retry.
+    except TimeoutError as error:
+        raise DeliveryFailed(f"{intent.target} did not answer within {TIMEOUT:g} s") from error
+    # Other network errors (refused, reset) propagate as they are: retry.
     if 200 <= status < 300:
         return
     if 400 <= status < 500 and status != 429:
