@@ -61,6 +61,10 @@ class EventLoop:
         asyncio.set_event_loop(self._loop)
         try:
             self._loop.run_forever()
+            # As asyncio.run ends: what handlers left open (async generators, the
+            # default executor) is closed, not collected with a warning.
+            self._loop.run_until_complete(self._loop.shutdown_asyncgens())
+            self._loop.run_until_complete(self._loop.shutdown_default_executor())
         finally:
             self._loop.close()
 

@@ -41,7 +41,6 @@ from .demand import ClaimGroup, Demand
 from .drain import Drain
 from .eventloop import EventLoop
 from .execution import Claim, Executor, Finished, Jobs, is_async, needs_event_loop, resolve
-from .floor import ClaimFloor
 from .handlers import Handler
 from .housekeeping import Housekeeping, Liveness
 from .leases import LeaseTable
@@ -285,14 +284,14 @@ class WorkerPool:
             self._liveness.reached()
             if not due:
                 floor.seen(since, now, None)
-                return self._drained_below(floor, since)
+                return self._drained_below(since)
         intents = self._manager.claim_many(
             free, now=now, lease=self._lease, kinds=group.kinds, since=since
         )
         self._liveness.reached()
         floor.seen(since, now, intents[0].next_at if intents else None)
         if not intents:
-            return self._drained_below(floor, since)
+            return self._drained_below(since)
         claims = [
             Claim(
                 intent=intent,
@@ -322,7 +321,7 @@ class WorkerPool:
         room = self._concurrency if group.awaited else self._demand.capacity()
         return room - self._leases.busy(group.awaited)
 
-    def _drained_below(self, floor: ClaimFloor, since: datetime | None) -> int | None:
+    def _drained_below(self, since: datetime | None) -> int | None:
         """0 when a claim found nothing; ``None`` if only a floored one did.
 
         A drain may end only when a claim that looked at the whole index found
@@ -331,7 +330,8 @@ class WorkerPool:
         if since is None:
             return 0
         if self._drain.ends_on_claim:
-            floor.rescan()
+            for group in self._groups:  # only a turn of full scans in every group ends it
+                group.floor.rescan()
             self._alarm.ring()
         return None
 

@@ -207,3 +207,16 @@ def test_a_sync_handler_that_returns_a_coroutine_fails_saying_to_declare_it_asyn
     failed = row(id)
     assert failed.state == "pending"
     assert "declare the handler with async def" in failed.last_error
+
+
+def test_a_drain_of_a_pool_with_sync_and_async_kinds_ends_once_both_are_empty(background):  # noqa: F811
+    async def quick(intent, attempt):
+        await asyncio.sleep(0)
+
+    sync_ids = enqueue("a.sync", 60)
+    async_ids = enqueue("a.ok", 60)
+    handlers = {"a.ok": quick, "a.sync": lambda intent, attempt: None}
+    started = time.monotonic()
+    assert background(pool(handlers, drain=True)).join(30) == 0
+    assert time.monotonic() - started < 15
+    assert {row(id).state for id in sync_ids + async_ids} == {"completed"}
