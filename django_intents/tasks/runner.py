@@ -21,6 +21,7 @@ import inspect
 import logging
 import os
 import socket
+import sys
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
@@ -102,7 +103,7 @@ async def run_task_async(intent: Intent, attempt: Attempt) -> None:
             raise  # the claim was lost: nothing of this attempt may be written
         except BaseException as exc:  # noqa: B036 - a task's exit or interrupt fails the task
             final = _is_final(exc, intent, backend)
-            await _written(_failed_with)(intent, backend, task, record, exc, final=final)
+            await _written(_failed)(intent, backend, task, record, exc, final=final)
         await _written(_succeeded)(intent, attempt, backend, task, record, value)
     finally:
         # That thread's connection follows CONN_MAX_AGE, as a worker thread's does.
@@ -186,23 +187,6 @@ def _succeeded(
     )
 
 
-def _failed_with(
-    intent: Intent,
-    backend: _Backend,
-    task: Task[Any, Any],
-    record: TaskRecord,
-    exc: BaseException,
-    *,
-    final: bool,
-) -> NoReturn:
-    """``_failed`` for an exception caught in another thread: raised here again first, so
-    receivers of ``task_finished`` see it in ``sys.exc_info()`` as they do for sync tasks."""
-    try:
-        raise exc
-    except BaseException:  # noqa: B036 - re-raised by _failed
-        _failed(intent, backend, task, record, exc, final=final)
-
-
 def worker_id() -> str:
     """``host:pid`` of this worker process: what ``TaskResult.worker_ids`` lists."""
     return f"{socket.gethostname()[:50]}:{os.getpid()}"
@@ -220,8 +204,15 @@ def _failed(
     """Record ``exc``, tell receivers, and raise what makes the worker retry or cancel.
 
     Called inside the ``except`` block, so receivers of ``task_finished`` (Django
-    logs failures from there) still see the exception in ``sys.exc_info()``.
+    logs failures from there) still see the exception in ``sys.exc_info()``;
+    an exception caught in another thread (an async task's) is raised here
+    again first, for the same reason.
     """
+    if sys.exc_info()[1] is not exc:
+        try:
+            raise exc
+        except BaseException:  # noqa: B036 - _failed raises what the worker needs
+            _failed(intent, backend, task, record, exc, final=final)
     if isinstance(exc, DatabaseError):
         # The task may have broken this thread's connection; the payload is next.
         connections[router.db_for_write(type(intent))].close_if_unusable_or_obsolete()
