@@ -28,6 +28,9 @@ class Intent(models.Model):
         default=State.PENDING,
     )
     attempts = models.PositiveIntegerField(default=0)
+    # Claims that ended in a snooze (``Retry(after=...)``): MAX_ATTEMPTS and
+    # the backoff count ``attempts - snoozes``.
+    snoozes = models.PositiveIntegerField(default=0)
     next_at = models.DateTimeField()
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()
