@@ -52,24 +52,31 @@ def test_ids_kinds_and_tokens_compare_byte_for_byte_on_mysql(vendor):
 
 
 def test_reversing_0005_drops_snoozes_and_reapplying_adds_it_at_0_for_existing_rows():
-    """Migration 0005: ``snoozes``, 0 for rows written before it."""
+    """Migration 0005: ``snoozes``, 0 for rows written before it and by the previous release."""
     assert "snoozes" in columns()
     call_command("migrate", "django_intents", "0004", verbosity=0)
     try:
         reversed_to = columns()
-        with connection.cursor() as cursor:  # a row written by the previous release
-            cursor.execute(
-                f"INSERT INTO {connection.ops.quote_name(Intent._meta.db_table)} "
-                "(id, kind, event_id, target, payload, state, attempts, next_at, created_at, "
-                "updated_at, last_error, claim_token, claim_until) "
-                "VALUES (%s, 'k', 'e', 't', NULL, 'pending', 3, %s, %s, %s, '', '', NULL)",
-                ["a" * 64, *[connection.ops.adapt_datetimefield_value(T0)] * 3],
-            )
+        insert_as_the_previous_release("a" * 64)
     finally:
         call_command("migrate", "django_intents", verbosity=0)
     assert "snoozes" not in reversed_to
     assert "snoozes" in columns()
-    assert Intent.objects.values_list("attempts", "snoozes").get(pk="a" * 64) == (3, 0)
+    insert_as_the_previous_release("b" * 64)  # mid-deployment: the old code still enqueues
+    rows = Intent.objects.order_by("id").values_list("attempts", "snoozes")
+    assert list(rows) == [(3, 0), (3, 0)]
+
+
+def insert_as_the_previous_release(id: str) -> None:  # noqa: A002
+    """An intent inserted by code that does not name ``snoozes``."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {connection.ops.quote_name(Intent._meta.db_table)} "
+            "(id, kind, event_id, target, payload, state, attempts, next_at, created_at, "
+            "updated_at, last_error, claim_token, claim_until) "
+            "VALUES (%s, 'k', 'e', 't', NULL, 'pending', 3, %s, %s, %s, '', '', NULL)",
+            [id, *[connection.ops.adapt_datetimefield_value(T0)] * 3],
+        )
 
 
 def columns() -> set[str]:

@@ -3,6 +3,8 @@
 ``MAX_ATTEMPTS`` and the backoff count ``attempts - snoozes``, so a partner
 that asks to be called later (HTTP 429 with ``Retry-After``) never exhausts
 an intent. Existing rows start at 0: every attempt they made counts, as it did.
+The column has a database default of 0, so processes of the previous release
+(which do not name it) can still insert while a deployment rolls out.
 Reversing drops the column; the snoozes recorded so far are forgotten.
 """
 
@@ -15,6 +17,6 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name="intent",
             name="snoozes",
-            field=models.PositiveIntegerField(default=0),
+            field=models.PositiveIntegerField(default=0, db_default=0),
         ),
     ]
