@@ -3,7 +3,7 @@
 from importlib.metadata import PackageNotFoundError, version
 
 from .attempt import Attempt
-from .exceptions import ClaimLost, Stop
+from .exceptions import ClaimLost, Retry, Stop
 from .handlers import handler
 from .identity import intent_id
 from .retries import backoff
@@ -13,4 +13,13 @@ try:
 except PackageNotFoundError:  # pragma: no cover - running from a source tree
     __version__ = "0.0.0"
 
-__all__ = ["Attempt", "ClaimLost", "Stop", "__version__", "backoff", "handler", "intent_id"]
+__all__ = [
+    "Attempt",
+    "ClaimLost",
+    "Retry",
+    "Stop",
+    "__version__",
+    "backoff",
+    "handler",
+    "intent_id",
+]

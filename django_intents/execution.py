@@ -23,12 +23,15 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from datetime import datetime
+from typing import cast
 
 from django.db import Error as DatabaseFailure
 from django.db import close_old_connections, connections
+from django.utils import timezone
 
 from .attempt import Attempt
-from .exceptions import ClaimLost, Stop
+from .exceptions import ClaimLost, Retry, Stop
 from .handlers import Handler
 from .models import Intent
 from .outage import cause_text
@@ -45,7 +48,8 @@ class Claim:
 
     Only the loop writes ``lease_end`` (the lease table, as it renews); the
     thread or coroutine reads it once, before it starts the handler, and then
-    writes ``outcome``, ``cause`` and ``duration`` before it hands the claim back.
+    writes ``outcome``, ``cause``, ``duration`` and, for a snooze, ``due``
+    before it hands the claim back.
     """
 
     intent: Intent
@@ -56,6 +60,7 @@ class Claim:
     outcome: Outcome | None = None  # None while the handler has not returned
     cause: str | None = None  # the error text of a failure or a Stop
     duration: float = 0.0  # of the handler, for attempt_finished once the result is recorded
+    due: datetime | None = None  # a snooze's due time, from when the handler ended
 
     @property
     def name(self) -> str:
@@ -76,6 +81,10 @@ class Claim:
         """Write the handler's outcome from what it raised (``None``: it returned)."""
         self.duration = time.monotonic() - started
         self.outcome, self.cause = outcome_of(error)
+        if self.outcome is Outcome.SNOOZED:
+            # Measured here, not when the batch is recorded: "after 30 s" means
+            # 30 s from the handler's raise, however long the result waits.
+            self.due = cast(Retry, error).due(timezone.now())
         if self.outcome is Outcome.ERROR:
             log.debug("%s: traceback", self.name, exc_info=error)
 
@@ -88,6 +97,8 @@ def outcome_of(error: BaseException | None) -> tuple[Outcome, str | None]:
         return Outcome.FENCED, None
     if isinstance(error, Stop):
         return Outcome.STOPPED, str(error)
+    if isinstance(error, Retry):
+        return (Outcome.ERROR if error.after is None else Outcome.SNOOZED), error.reason
     return Outcome.ERROR, exception_text(error)
 
 

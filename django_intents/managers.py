@@ -253,6 +253,7 @@ class IntentManager(models.Manager.from_queryset(IntentQuerySet)):  # type: igno
                 state=str(e.state),
                 next_at=None if e.next_at is None else aware("next_at", e.next_at),
                 error=None if e.error is None else validation.error_text(e.error),
+                snooze=bool(e.snooze),
             )
             if checked.setdefault(ending.id, ending) is not ending:
                 raise ValueError(f"intent {ending.id} ends twice in one batch")

@@ -96,7 +96,7 @@ def _define(
 HANDLER_DURATION = _define(
     Histogram,
     "django_intents_handler_duration_seconds",
-    "Time a handler attempt took, per kind and outcome (success, error, stopped, fenced).",
+    "Time a handler attempt took, per kind and outcome (success, error, stopped, snoozed, fenced).",
     ("kind", "outcome"),
     buckets=DURATION_BUCKETS,
 )

@@ -28,6 +28,11 @@ class Intent(models.Model):
         default=State.PENDING,
     )
     attempts = models.PositiveIntegerField(default=0)
+    # Claims that ended in a snooze (``Retry(after=...)``): MAX_ATTEMPTS and
+    # the backoff count ``attempts - snoozes``. The database default lets a
+    # process of the previous release, which does not name the column, still
+    # enqueue while a deployment rolls out.
+    snoozes = models.PositiveIntegerField(default=0, db_default=0)
     next_at = models.DateTimeField()
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()

@@ -201,10 +201,15 @@ class Recorder:
         if claim.outcome is Outcome.FENCED:
             # ClaimLost while the claim still holds: the handler gave up at shutdown.
             return Ending(id, token, State.PENDING, next_at=now)
-        if claim.outcome is Outcome.STOPPED or gives_up(intent.attempts, self._max_attempts):
+        if claim.outcome is Outcome.SNOOZED:
+            due = claim.due or now
+            return Ending(id, token, State.PENDING, next_at=due, error=claim.cause, snooze=True)
+        # Snoozes never exhaust MAX_ATTEMPTS nor lengthen the backoff.
+        counted = intent.attempts - intent.snoozes
+        if claim.outcome is Outcome.STOPPED or gives_up(counted, self._max_attempts):
             return Ending(id, token, State.CANCELLED, error=claim.cause or "")
         return Ending(
-            id, token, State.PENDING, next_at=now + backoff(id, intent.attempts), error=claim.cause
+            id, token, State.PENDING, next_at=now + backoff(id, counted), error=claim.cause
         )
 
     def _recorded(self, claim: Claim, ending: Ending | None) -> Outcome:
@@ -214,9 +219,13 @@ class Recorder:
             if ending.state == State.CANCELLED:
                 then = f"cancelled, MAX_ATTEMPTS ({self._max_attempts}) reached"
             else:
-                wait = backoff(claim.intent.id, claim.intent.attempts).total_seconds()
+                counted = claim.intent.attempts - claim.intent.snoozes
+                wait = backoff(claim.intent.id, counted).total_seconds()
                 then = f"retry in {wait:.0f} s"
             log.warning("%s: failed: %s; %s", claim.name, one_line(claim.cause), then)
+        elif outcome is Outcome.SNOOZED and ending is not None:
+            due = ending.next_at.isoformat(timespec="seconds") if ending.next_at else "now"
+            log.info("%s: snoozed until %s: %s", claim.name, due, one_line(claim.cause))
         elif outcome is Outcome.STOPPED:
             log.warning(
                 "%s: stopped by its handler, cancelled: %s", claim.name, one_line(claim.cause)

@@ -16,6 +16,7 @@ class Outcome(StrEnum):
     SUCCESS = "success"  # completed
     ERROR = "error"  # raised: retried later, or cancelled at MAX_ATTEMPTS
     STOPPED = "stopped"  # raised Stop: cancelled for good
+    SNOOZED = "snoozed"  # raised Retry(after=...): due later, not counted toward MAX_ATTEMPTS
     FENCED = "fenced"  # the claim was lost (or released at shutdown): the result was dropped
 
 

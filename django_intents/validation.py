@@ -159,6 +159,7 @@ def new_row(
             "payload": check_json(payload, "payload"),
             "state": State.PENDING.value,
             "attempts": 0,
+            "snoozes": 0,
             "next_at": now if next_at is None else aware("next_at", next_at),
             "created_at": now,
             "updated_at": now,

@@ -146,6 +146,32 @@ def test_finish_many_retries_cancels_and_releases_held_claims_and_skips_a_stale_
     assert (untouched.state, untouched.claim_token) == ("running", td)
 
 
+def test_finish_many_adds_one_snooze_for_each_snoozed_ending_only():
+    (a, ta), (b, tb), (c, tc), (d, td) = claimed(4)
+    endings = [
+        Ending(a, ta, "pending", next_at=at(90), error="429 Too Many Requests", snooze=True),
+        Ending(b, tb, "pending", next_at=at(60), error="KeyError: 'x'"),
+        Ending(c, tc, "cancelled", error="gone for good"),
+        Ending(d, "0" * 32, "pending", next_at=at(90), error="stale", snooze=True),
+    ]
+    assert sorted(Intent.objects.finish_many(endings, now=at(2))) == sorted([a, b, c])
+    snoozed, retried, cancelled, untouched = row(a), row(b), row(c), row(d)
+    assert (snoozed.state, snoozed.next_at, snoozed.last_error) == (
+        "pending",
+        at(90),
+        "429 Too Many Requests",
+    )
+    assert (snoozed.attempts, snoozed.snoozes, snoozed.claim_token) == (1, 1, "")
+    assert (retried.snoozes, cancelled.snoozes) == (0, 0)
+    assert (untouched.state, untouched.claim_token, untouched.snoozes) == ("running", td, 0)
+
+    # A second snooze of the same intent adds one more.
+    token = next(i.claim_token for i in Intent.objects.claim_many(4, now=at(90)) if i.id == a)
+    ending = Ending(a, token, "pending", next_at=at(120), error="again", snooze=True)
+    assert Intent.objects.finish_many([ending], now=at(91)) == [a]
+    assert (row(a).attempts, row(a).snoozes, row(a).next_at) == (2, 2, at(120))
+
+
 def test_finish_many_refuses_bad_endings_before_writing():
     [(id, token)] = claimed(1)
     before = snapshot()

@@ -148,7 +148,7 @@ def test_children_of_the_configured_kinds_exist_before_any_work(client):
     assert label_sets(samples, "django_intents_handler_duration_seconds_count") >= {
         frozenset({"kind": k, "outcome": o}.items())
         for k in kinds
-        for o in ("success", "error", "stopped", "fenced")
+        for o in ("success", "error", "stopped", "snoozed", "fenced")
     }
     for name in ("django_intents_rescued_total", "django_intents_rescue_delay_seconds_count"):
         assert label_sets(samples, name) >= {frozenset({"kind": k}.items()) for k in kinds}
@@ -334,7 +334,7 @@ def test_metric_kinds_setting_decides_which_kinds_keep_their_label(
 @pytest.mark.django_db  # reading the registry runs the gauges' query
 def test_attempt_finished_observes_handler_duration_per_outcome():
     registry = save_registry()
-    observed = {"success": 0.02, "error": 0.3, "stopped": 4.0, "fenced": 45.0}
+    observed = {"success": 0.02, "error": 0.3, "stopped": 4.0, "snoozed": 0.5, "fenced": 45.0}
     for outcome, duration in observed.items():
         attempt_finished.send(
             sender=Intent, kind="webhook", outcome=outcome, duration=duration, intent=None

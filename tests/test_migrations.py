@@ -1,4 +1,4 @@
-"""The migrations apply and reverse on every database; 0003 and 0004 do exactly what they say."""
+"""The migrations apply and reverse on every database; 0003 to 0005 do exactly what they say."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ from django.core.management import call_command
 from django.db import connection
 
 from django_intents.models import Intent
+
+from .conftest import T0
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -47,6 +49,40 @@ def test_ids_kinds_and_tokens_compare_byte_for_byte_on_mysql(vendor):
     # tests/settings.py creates the test database with utf8mb4_bin.
     assert reversed_to == dict.fromkeys(("id", "kind", "claim_token"), "utf8mb4_bin")
     assert collations() == dict.fromkeys(("id", "kind", "claim_token"), expected)
+
+
+def test_reversing_0005_drops_snoozes_and_reapplying_adds_it_at_0_for_existing_rows():
+    """Migration 0005: ``snoozes``, 0 for rows written before it and by the previous release."""
+    assert "snoozes" in columns()
+    call_command("migrate", "django_intents", "0004", verbosity=0)
+    try:
+        reversed_to = columns()
+        insert_as_the_previous_release("a" * 64)
+    finally:
+        call_command("migrate", "django_intents", verbosity=0)
+    assert "snoozes" not in reversed_to
+    assert "snoozes" in columns()
+    insert_as_the_previous_release("b" * 64)  # mid-deployment: the old code still enqueues
+    rows = Intent.objects.order_by("id").values_list("attempts", "snoozes")
+    assert list(rows) == [(3, 0), (3, 0)]
+
+
+def insert_as_the_previous_release(id: str) -> None:  # noqa: A002
+    """An intent inserted by code that does not name ``snoozes``."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {connection.ops.quote_name(Intent._meta.db_table)} "
+            "(id, kind, event_id, target, payload, state, attempts, next_at, created_at, "
+            "updated_at, last_error, claim_token, claim_until) "
+            "VALUES (%s, 'k', 'e', 't', NULL, 'pending', 3, %s, %s, %s, '', '', NULL)",
+            [id, *[connection.ops.adapt_datetimefield_value(T0)] * 3],
+        )
+
+
+def columns() -> set[str]:
+    with connection.cursor() as cursor:
+        found = connection.introspection.get_table_description(cursor, Intent._meta.db_table)
+    return {column.name.lower() for column in found}
 
 
 def collations() -> dict[str, str]:

@@ -15,7 +15,8 @@ from django.db import NotSupportedError
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.utils.module_loading import import_string
 
-from .base import NOTIFY_CHANNEL, Backend, ClaimFilters
+from .base import NOTIFY_CHANNEL, Backend
+from .claims import ClaimFilters
 
 if TYPE_CHECKING:
     from ..models import Intent

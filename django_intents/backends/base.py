@@ -24,6 +24,7 @@ from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from ..states import State
+from .claims import Claimed, ClaimFilters
 
 if TYPE_CHECKING:
     from ..models import Intent
@@ -45,23 +46,13 @@ MAX_LIMIT = 2**63 - 1
 
 
 @dataclass(frozen=True)
-class ClaimFilters:
-    """The optional conditions of a claim or a due probe, as the manager checked them."""
-
-    kinds: list[str] | None = None  # None: every kind
-    since: datetime | None = None  # leave out intents due before this (the claim floor)
-    max_attempts: int | None = None  # leave out expired leases that used the last attempt
-
-
-Claimed = tuple["Intent", datetime | None]  # the intent, and the lease it took over, if any
-
-
-@dataclass(frozen=True)
 class Ending:
     """How a pool ends one claim other than by completing it: a row of ``finish_many``.
 
     ``state`` is ``pending`` (a retry, or a release when ``next_at`` is now)
     or ``cancelled``; ``next_at`` and ``error`` are left as they are when ``None``.
+    ``snooze`` adds one to ``snoozes``: a ``Retry(after=...)``, whose claim
+    ``MAX_ATTEMPTS`` then does not count.
     """
 
     id: str
@@ -69,6 +60,7 @@ class Ending:
     state: str
     next_at: datetime | None = None
     error: str | None = None
+    snooze: bool = False
 
 
 Finished = tuple[str, str, str]  # id, kind, state: one row that finish_many moved
@@ -107,7 +99,7 @@ class Backend:
         done = f"{CLEAR_CLAIM}, updated_at = %s"
         self.sql_renew = f"UPDATE {self.table} SET claim_until = %s, updated_at = %s {FENCE}"
         self.sql_complete = f"UPDATE {self.table} SET state = '{COMPLETED}', {done} {FENCE}{ret}"
-        self.sql_attempts = f"SELECT attempts FROM {self.table} {FENCE}"
+        self.sql_attempts = f"SELECT attempts, snoozes FROM {self.table} {FENCE}"
         self.sql_retry = (
             f"UPDATE {self.table} SET state = '{PENDING}', next_at = %s, last_error = %s, "
             f"{done} {FENCE}{ret}"
@@ -130,9 +122,12 @@ class Backend:
             f"UPDATE {self.table} SET state = '{CANCELLED}', {done} WHERE id = %s AND {ACTIVE}{ret}"
         )
         # Expired leases that used the last attempt; {ids} narrows it where needed.
+        # Snoozes do not count (``attempts - snoozes``), written as a sum: the
+        # columns are unsigned on MySQL, where a subtraction may not go below 0.
         self.sql_exhausted = (
             f"UPDATE {self.table} SET state = '{CANCELLED}', last_error = %s, {done} "
-            f"WHERE state = '{RUNNING}' AND claim_until <= %s AND attempts >= %s{{filters}}{ret}"
+            f"WHERE state = '{RUNNING}' AND claim_until <= %s "
+            f"AND attempts >= snoozes + %s{{filters}}{ret}"
         )
         self.sql_claim_update = (
             f"UPDATE {self.table} SET state = '{RUNNING}', attempts = attempts + 1, "
@@ -260,7 +255,7 @@ class Backend:
         kinds, kind_params = self.kind_filter(filters.kinds)
         where, params = where + kinds, params + kind_params
         if filters.max_attempts is not None:
-            where += f" AND (state = '{PENDING}' OR attempts < %s)"
+            where += f" AND (state = '{PENDING}' OR attempts < snoozes + %s)"
             params.append(filters.max_attempts)
         return where, params
 
@@ -321,6 +316,10 @@ class Backend:
                     whens = " ".join(["WHEN %s THEN %s"] * len(values))
                     sets.append(f"{column} = CASE id {whens} ELSE {column} END")
                     params += [v for pair in values for v in pair]
+            if snoozed := [e.id for e in endings if e.snooze]:
+                marks = ", ".join(["%s"] * len(snoozed))
+                sets.append(f"snoozes = snoozes + CASE WHEN id IN ({marks}) THEN 1 ELSE 0 END")
+                params += snoozed
             statement = (
                 f"UPDATE {self.table} SET {', '.join(sets)}, {CLEAR_CLAIM}, updated_at = %s "
                 f"WHERE id IN ({', '.join(['%s'] * len(held))})"
@@ -329,11 +328,12 @@ class Backend:
         return [(id, kind, by_id[id].state) for id, kind in held]
 
     def attempts(self, id: str, token: str) -> int | None:  # noqa: A002
-        """The attempt number of a claim still held, ``None`` when it is not."""
+        """The attempts of a claim still held that count toward ``MAX_ATTEMPTS``
+        (its snoozes left out), ``None`` when it is not held."""
         with self.cursor() as cursor:
             cursor.execute(self.sql_attempts, [id, token])
             row = cursor.fetchone()
-        return None if row is None else int(row[0])
+        return None if row is None else int(row[0]) - int(row[1])
 
     def retry(
         self,

@@ -14,7 +14,8 @@ from typing import Any
 
 from django.db import transaction
 
-from .base import CLAIM_ORDER, COMPLETED, PENDING, RUNNING, Backend, ClaimFilters
+from .base import CLAIM_ORDER, COMPLETED, PENDING, RUNNING, Backend
+from .claims import ClaimFilters
 
 LOCK = " FOR UPDATE SKIP LOCKED"
 # The two halves of states.due, each an index range scan.
@@ -52,7 +53,7 @@ class MySQLBackend(Backend):
         )
         self.sql_exhausted_select = (
             f"SELECT id, kind FROM {self.table} WHERE state = '{RUNNING}' AND claim_until <= %s "
-            f"AND attempts >= %s{{filters}}{LOCK}"
+            f"AND attempts >= snoozes + %s{{filters}}{LOCK}"
         )
 
     def claim_queries(

@@ -35,12 +35,11 @@ from .base import (
     PENDING,
     RUNNING,
     Backend,
-    Claimed,
-    ClaimFilters,
     Ending,
     Finished,
     claim_order,
 )
+from .claims import Claimed, ClaimFilters
 
 # The columns a new intent takes from its caller; the rest are fixed or the batch's time.
 JSON_COLUMNS = ("id", "kind", "event_id", "target", "payload", "next_at")
@@ -97,9 +96,11 @@ class PostgreSQLBackend(Backend):
         self.sql_finish_many = (
             f"UPDATE {table} AS t SET state = v.state, "
             f"next_at = COALESCE(v.next_at, t.next_at), "
-            f"last_error = COALESCE(v.error, t.last_error), {CLEAR_CLAIM}, updated_at = %s "
-            f"FROM unnest(%s::text[], %s::text[], %s::text[], %s::timestamptz[], %s::text[]) "
-            f"AS v(id, token, state, next_at, error) "
+            f"last_error = COALESCE(v.error, t.last_error), "
+            f"snoozes = t.snoozes + CASE WHEN v.snooze THEN 1 ELSE 0 END, "
+            f"{CLEAR_CLAIM}, updated_at = %s "
+            f"FROM unnest(%s::text[], %s::text[], %s::text[], %s::timestamptz[], %s::text[], "
+            f"%s::boolean[]) AS v(id, token, state, next_at, error, snooze) "
             f"WHERE t.id = v.id AND t.state = '{RUNNING}' AND t.claim_token = v.token "
             f"RETURNING t.id, t.kind, t.state, t.next_at <= %s"
         )
@@ -122,6 +123,7 @@ class PostgreSQLBackend(Backend):
             "updated_at": "%s",
             "state": "'pending'",
             "attempts": "0",
+            "snoozes": "0",
             "last_error": "''",
             "claim_token": "''",
             "claim_until": "NULL",
@@ -225,10 +227,10 @@ class PostgreSQLBackend(Backend):
 
     def finish_many(self, endings: Sequence[Ending], *, now: datetime) -> list[Finished]:
         """One statement over arrays; an intent due now notifies idle pools, as release does."""
-        columns: list[list[Any]] = [[], [], [], [], []]
+        columns: list[list[Any]] = [[], [], [], [], [], []]
         for e in endings:
             for column, value in zip(
-                columns, (e.id, e.token, e.state, e.next_at, e.error), strict=True
+                columns, (e.id, e.token, e.state, e.next_at, e.error, e.snooze), strict=True
             ):
                 column.append(value)
         with self.cursor() as cursor:

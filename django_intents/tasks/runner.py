@@ -253,7 +253,8 @@ def _is_final(exc: BaseException, intent: Intent, backend: _Backend) -> bool:
     if isinstance(exc, Stop) or not isinstance(exc, Exception):
         return True  # Stop, SystemExit, KeyboardInterrupt, ...
     limits = (backend.max_attempts, get_settings().max_attempts)
-    return any(gives_up(intent.attempts, limit) for limit in limits)
+    counted = intent.attempts - intent.snoozes  # snoozes never exhaust an intent
+    return any(gives_up(counted, limit) for limit in limits)
 
 
 def _save(intent: Intent, record: TaskRecord) -> None:
