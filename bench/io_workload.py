@@ -248,6 +248,8 @@ def io(suite: Suite, sizes: dict[str, Any]) -> list[dict[str, Any]]:
     for variant in VARIANTS:
         if variant.style not in adapter.styles:
             continue
+        if sizes.get("io_variants") is not None and variant.name not in sizes["io_variants"]:
+            continue
         if variant.mode == "http" and not http:
             print(f"   io: {variant.name} skipped, aiohttp or urllib3 missing", file=sys.stderr)
             continue

@@ -116,6 +116,12 @@ def main() -> int:
         help="databases the io workload runs on (default: postgresql, where the targets "
         "are set; with --quick, every database)",
     )
+    parser.add_argument(
+        "--io-variants",
+        help="io rows to run, separated by ';', named as the table names them "
+        "(time.sleep, asyncio.sleep, urllib3, aiohttp; ', fails' for the failing "
+        "row); default all",
+    )
     parser.add_argument("--json", type=Path, help="write every figure to this file")
     args = parser.parse_args()
     dbs = [db for db in args.db.split(",") if db]
@@ -132,6 +138,7 @@ def main() -> int:
         "workloads": args.workloads.split(","),
         "large_dbs": args.large_db.split(",") if args.large_db else large_default,
         "io_dbs": args.io_db.split(",") if args.io_db else large_default,
+        "io_variants": _io_variants(parser, args.io_variants),
     }
     missing = [p for p in peers if not _installed(p)]
     peers = [p for p in peers if p not in missing]
@@ -158,6 +165,20 @@ def main() -> int:
     if args.json:
         args.json.write_text(json.dumps(report, indent=2))
     return 0
+
+
+def _io_variants(parser: argparse.ArgumentParser, given: str | None) -> list[str] | None:
+    """The io rows asked for: names separated by ';', each checked against the table's."""
+    if given is None:
+        return None
+    from bench.io_systems import VARIANTS
+
+    known = [v.name for v in VARIANTS]
+    names = [name.strip() for name in given.split(";") if name.strip()]
+    for name in names:
+        if name not in known:
+            parser.error(f"unknown io variant {name!r}; choose from {'; '.join(known)}")
+    return names
 
 
 def _installed(peer: str) -> bool:
