@@ -10,8 +10,6 @@ whatever a worker did in the meantime, so there is no form to save.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import datetime, timedelta
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -32,8 +30,8 @@ from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_POST
 
 from .admin_actions import TRANSITIONS, Transition, action, apply, delete_selected
-from .backlog import read_backlog
-from .humanize import pre_json, relative, short_duration, timestamp
+from .admin_summary import queue_summary
+from .humanize import pre_json, relative, timestamp
 from .models import Intent
 from .states import ACTIVE, TERMINAL, State
 
@@ -50,61 +48,6 @@ ERROR_PREVIEW = 80
 ERROR_TITLE = 1000
 TARGET_PREVIEW = 60
 PAYLOAD_DISPLAY_LIMIT = 100_000
-
-
-# -- the summary above the list ------------------------------------------------
-
-
-def _waiting(age: timedelta | None) -> str:
-    return "" if age is None else short_duration(age.total_seconds())
-
-
-@dataclass(frozen=True)
-class StateCount:
-    value: str
-    label: str
-    count: int
-
-
-@dataclass(frozen=True)
-class KindSummary:
-    kind: str
-    active: int
-    due: int
-    oldest_due_age: timedelta | None
-
-    @property
-    def waiting(self) -> str:
-        return _waiting(self.oldest_due_age)
-
-
-@dataclass(frozen=True)
-class QueueSummary:
-    states: list[StateCount]
-    kinds: list[KindSummary]
-    due: int
-    oldest_due_age: timedelta | None
-
-    @property
-    def waiting(self) -> str:
-        return _waiting(self.oldest_due_age)
-
-
-def queue_summary(now: datetime | None = None) -> QueueSummary:
-    """The backlog (``backlog.read_backlog``, one query) as the summary template reads it."""
-    backlog = read_backlog(now, finished=True)
-
-    def age(since: datetime | None) -> timedelta | None:
-        return None if since is None else backlog.now - since
-
-    return QueueSummary(
-        states=[
-            StateCount(value, str(label), backlog.states[value]) for value, label in State.choices
-        ],
-        kinds=[KindSummary(k.kind, k.active, k.due, age(k.oldest_due)) for k in backlog.kinds],
-        due=backlog.due,
-        oldest_due_age=age(backlog.oldest_due),
-    )
 
 
 # -- the list ---------------------------------------------------------------------

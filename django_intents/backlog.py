@@ -12,10 +12,12 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from django.db import router
-from django.db.models import Count, Min
+from django.db.models import Count, Min, Q, QuerySet
 from django.utils import timezone
 
 from . import states
+from .conf import get_settings
+from .limits import Limits, held_back
 from .models import Intent
 
 
@@ -26,6 +28,7 @@ class KindBacklog:
     running: int
     due: int
     oldest_due: datetime | None  # when the longest-waiting due intent became claimable
+    limited: int = 0  # due intents that INTENTS["LIMITS"] keeps from running now
 
     @property
     def active(self) -> int:
@@ -76,6 +79,8 @@ def read_backlog(
         tally["due"] += due_count
         if since is not None and (kind not in oldest or since < oldest[kind]):
             oldest[kind] = since
+    limits = {k: v for k, v in get_settings().limits.items() if counts.get(k, {}).get("due")}
+    held = _held_back(rows, limits, now) if limits else {}
     kinds = [
         KindBacklog(
             kind,
@@ -83,7 +88,23 @@ def read_backlog(
             tally[states.State.RUNNING],
             tally["due"],
             oldest.get(kind),
+            held.get(kind, 0),
         )
         for kind, tally in sorted(counts.items())
     ]
     return Backlog(now, by_state, kinds)
+
+
+def _held_back(rows: QuerySet[Intent], limits: Limits, now: datetime) -> dict[str, int]:
+    """How many due intents of each limited kind its limit holds back: a second grouped
+    query, per target, run only for limited kinds that have due intents."""
+    live = Q(state=states.State.RUNNING, claim_until__gt=now)
+    per_target = (
+        rows.filter(state__in=states.ACTIVE, kind__in=list(limits))
+        .values_list("kind", "target")
+        .annotate(due=Count("pk", filter=states.due(now)), live=Count("pk", filter=live))
+    )
+    due, running = {}, {}
+    for kind, target, due_count, live_count in per_target:
+        due[kind, target], running[kind, target] = due_count, live_count
+    return held_back(limits, due, running)

@@ -20,6 +20,8 @@ from django.dispatch import receiver
 
 from .identity import check_text
 from .kinds import TASK_KIND
+from .limits import Limit
+from .limits import parse as parse_limits
 from .states import TERMINAL
 
 DEFAULT_METRIC_KINDS = ("delivery", "push", "replication", "webhook", "job", TASK_KIND)
@@ -47,6 +49,7 @@ class IntentSettings:
     retention: Mapping[str, Retention] | None = None
     gauge_cache: float = 5.0
     db_error_timeout: float = 60.0
+    limits: Mapping[str, Limit] = field(default_factory=dict)
 
     @property
     def renew_interval(self) -> float:
@@ -136,6 +139,13 @@ def _retention(key: str, value: Any) -> dict[str, Retention] | None:
     return result
 
 
+def _limits(key: str, value: Any) -> dict[str, Limit]:
+    try:
+        return parse_limits(value)
+    except ValueError as exc:
+        raise SettingError(key, str(exc)) from None
+
+
 _PARSERS: dict[str, tuple[str, Callable[[str, Any], Any]]] = {
     "HANDLERS": ("handlers", _handlers),
     "EXTERNAL_KINDS": ("external_kinds", _external_kinds),
@@ -149,6 +159,7 @@ _PARSERS: dict[str, tuple[str, Callable[[str, Any], Any]]] = {
     "RETENTION": ("retention", _retention),
     "GAUGE_CACHE": ("gauge_cache", _positive_number),
     "DB_ERROR_TIMEOUT": ("db_error_timeout", _positive_number),
+    "LIMITS": ("limits", _limits),
 }
 
 

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from django.db import Error as DatabaseFailure
 
 from .backlog import read_backlog
+from .conf import get_settings
 from .models import Intent
 from .outage import cause_text
 
@@ -50,6 +51,8 @@ class Drain:
         self._kinds = list(kinds)
         self._empty = empty
         self._timeout = timeout
+        # A claim that finds nothing proves nothing is due only where no limit holds intents back.
+        self._limited = bool(set(get_settings().limits) & set(kinds))
         self.enabled = due or empty
         # Only a drain ends on what a claim found; running empty asks the table.
         self.ends_on_claim = due and not empty
@@ -85,6 +88,8 @@ class Drain:
             return True
         if claimed is None:
             return False
+        if self._limited and Intent.objects.db_manager(self._using).has_due(kinds=self._kinds):
+            return False  # due, but held back by a limit: wait for a slot
         log.info("drained: no intent of kinds %s is due", kinds)
         return True
 

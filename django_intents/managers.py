@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +24,7 @@ from .backends.base import MAX_LIMIT, Ending
 from .conf import get_settings
 from .handlers import check_kind
 from .identity import check_id, check_text
+from .limits import applying
 from .retries import backoff, gives_up
 from .signals import intents_rescued, intents_transitioned
 from .validation import aware, item_row, later, new_row, now_or
@@ -143,9 +145,12 @@ class IntentManager(models.Manager.from_queryset(IntentQuerySet)):  # type: igno
             raise ValueError(f"limit must be a positive integer, not {limit!r}")
         now = now_or(now)
         until = later(now, validation.lease(lease, get_settings().lease), "lease")
-        filters = _filters(kinds, since, get_settings().max_attempts)
+        settings = get_settings()
+        filters = _filters(kinds, since, settings.max_attempts)
         if filters.kinds == []:
             return []
+        # Every claim applies the limits (SPEC §10): a pool's, and this one's for a caller.
+        filters = replace(filters, limits=applying(settings.limits, filters.kinds))
         backend = self._backend()
         if filters.max_attempts is not None and since is None:
             # A claim above a floor leaves this to the pool's next full claim:

@@ -64,6 +64,8 @@ DEFAULT_ADDR = "127.0.0.1"
 PENDING = "django_intents_pending"
 OLDEST_DUE_AGE = "django_intents_oldest_due_age_seconds"
 PENDING_HELP = "Intents in state pending (due or scheduled), per kind; read from the database."
+LIMITED = "django_intents_limited"
+LIMITED_HELP = "Due intents that INTENTS['LIMITS'] keeps from running now, per kind."
 OLDEST_DUE_AGE_HELP = (
     "Seconds the oldest due intent has waited to be claimed (since next_at, or since its "
     "lease expired), per kind; 0 when nothing is due."
@@ -207,35 +209,39 @@ class QueueCollector(Collector):
 
     def describe(self) -> Iterator[Metric]:
         # With describe(), registering does not call collect(): no query at import.
-        yield GaugeMetricFamily(PENDING, PENDING_HELP, labels=["kind"])
-        yield GaugeMetricFamily(OLDEST_DUE_AGE, OLDEST_DUE_AGE_HELP, labels=["kind"])
+        yield from self._families()
+
+    def _families(self) -> list[GaugeMetricFamily]:
+        gauges = ((PENDING, PENDING_HELP), (OLDEST_DUE_AGE, OLDEST_DUE_AGE_HELP))
+        gauges += ((LIMITED, LIMITED_HELP),)
+        return [GaugeMetricFamily(name, text, labels=["kind"]) for name, text in gauges]
 
     def collect(self) -> Iterator[Metric]:
-        pending = GaugeMetricFamily(PENDING, PENDING_HELP, labels=["kind"])
-        oldest = GaugeMetricFamily(OLDEST_DUE_AGE, OLDEST_DUE_AGE_HELP, labels=["kind"])
+        families = pending, oldest, limited = self._families()
         try:
             rows = self._cached_rows()
         except DatabaseError:
             # One failing gauge must not take the counters down with it: the
             # scrape still answers, and the gauges are absent until the next one.
             logger.warning("django-intents: could not read the queue for metrics", exc_info=True)
-            yield pending
-            yield oldest
+            yield from families
             return
         kinds = get_settings().metric_kinds
         counts = dict.fromkeys((*kinds, OTHER), 0)
+        held = dict.fromkeys((*kinds, OTHER), 0)
         ages = dict.fromkeys((*kinds, OTHER), 0.0)
         now = timezone.now()
         for row in rows:
             label = row.kind if row.kind in kinds else OTHER
             counts[label] += row.pending
+            held[label] += row.limited
             if row.oldest_due is not None:
                 ages[label] = max(ages[label], (now - row.oldest_due).total_seconds())
         for label in counts:
             pending.add_metric([label], counts[label])
             oldest.add_metric([label], ages[label])
-        yield pending
-        yield oldest
+            limited.add_metric([label], held[label])
+        yield from families
 
     def _cached_rows(self) -> list[KindBacklog]:
         # Concurrent scrapes wait for the one that is reading instead of all querying.

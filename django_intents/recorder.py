@@ -186,7 +186,7 @@ class Recorder:
                 done.update(self._manager.finish_many(endings, now=now))
         results = []
         for claim, ending in [*((c, None) for c in successes), *zip(others, endings, strict=True)]:
-            outcome = self._recorded(claim, ending) if claim.intent.id in done else None
+            outcome = self._recorded(claim, ending, now) if claim.intent.id in done else None
             if outcome is None:
                 log.info("%s: result dropped, the claim was lost", claim.name)
                 outcome = Outcome.FENCED
@@ -212,16 +212,14 @@ class Recorder:
             id, token, State.PENDING, next_at=now + backoff(id, counted), error=claim.cause
         )
 
-    def _recorded(self, claim: Claim, ending: Ending | None) -> Outcome:
+    def _recorded(self, claim: Claim, ending: Ending | None, now: datetime) -> Outcome:
         """Say in the log how a recorded result ended; return its outcome."""
         outcome = claim.outcome or Outcome.ERROR
         if outcome is Outcome.ERROR and ending is not None:
-            if ending.state == State.CANCELLED:
+            if ending.state == State.CANCELLED or ending.next_at is None:
                 then = f"cancelled, MAX_ATTEMPTS ({self._max_attempts}) reached"
             else:
-                counted = claim.intent.attempts - claim.intent.snoozes
-                wait = backoff(claim.intent.id, counted).total_seconds()
-                then = f"retry in {wait:.0f} s"
+                then = f"retry in {(ending.next_at - now).total_seconds():.0f} s"
             log.warning("%s: failed: %s; %s", claim.name, one_line(claim.cause), then)
         elif outcome is Outcome.SNOOZED and ending is not None:
             due = ending.next_at.isoformat(timespec="seconds") if ending.next_at else "now"

@@ -89,8 +89,10 @@ class WorkerPool:
         self._workers = settings.workers if workers is None else workers
         self._concurrency = settings.concurrency if concurrency is None else concurrency
         awaited = {kind for kind, h in self._handlers.items() if is_async(h)}
+        limited = set(settings.limits)
         self._groups = [
-            ClaimGroup([k for k in self._kinds if (k in awaited) is a], a) for a in (False, True)
+            ClaimGroup.of([k for k in self._kinds if (k in awaited) is a], a, limited)
+            for a in (False, True)
         ]
         self._lease = settings.lease if lease is None else lease
         if renew is None:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import secrets
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -24,7 +23,9 @@ from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from ..states import State
-from .claims import Claimed, ClaimFilters
+from .claims import Claimed, ClaimFilters, claim_order, exclusions
+from .endings import CLEAR_CLAIM, Ending, Finished, finish_by_case
+from .limited import claim as limited_claim
 
 if TYPE_CHECKING:
     from ..models import Intent
@@ -37,33 +38,11 @@ ACTIVE = f"(state = '{PENDING}' OR state = '{RUNNING}')"
 # selective and walks the claim index in order instead of sorting every due row.
 DUE = f"{ACTIVE} AND next_at <= %s AND NOT (state = '{RUNNING}' AND claim_until > %s)"
 CLAIM_ORDER = "ORDER BY next_at, created_at, id"
-CLEAR_CLAIM = "claim_token = '', claim_until = NULL"
 FENCE = f"WHERE id = %s AND state = '{RUNNING}' AND claim_token = %s"
 # PostgreSQL's notification channel; the LISTEN side is wakeup.py.
 NOTIFY_CHANNEL = "django_intents"
 # The largest LIMIT that SQLite, PostgreSQL and MariaDB all accept.
 MAX_LIMIT = 2**63 - 1
-
-
-@dataclass(frozen=True)
-class Ending:
-    """How a pool ends one claim other than by completing it: a row of ``finish_many``.
-
-    ``state`` is ``pending`` (a retry, or a release when ``next_at`` is now)
-    or ``cancelled``; ``next_at`` and ``error`` are left as they are when ``None``.
-    ``snooze`` adds one to ``snoozes``: a ``Retry(after=...)``, whose claim
-    ``MAX_ATTEMPTS`` then does not count.
-    """
-
-    id: str
-    token: str
-    state: str
-    next_at: datetime | None = None
-    error: str | None = None
-    snooze: bool = False
-
-
-Finished = tuple[str, str, str]  # id, kind, state: one row that finish_many moved
 
 
 class Backend:
@@ -188,23 +167,35 @@ class Backend:
 
         By default the due rows are selected (``claim_queries``), then updated
         by primary key, in one write transaction (``write_transaction``) that
-        makes the pair atomic against other claimers.
+        makes the pair atomic against other claimers. A claim of a kind with
+        ``LIMITS`` takes the path of ``limited.py``.
         """
+        if filters.limits:
+            return limited_claim(self, now=now, until=until, limit=limit, filters=filters)
         with self.write_transaction(), self.cursor() as cursor:
-            rows: list[Any] = []
-            for statement, params in self.claim_queries(now=now, limit=limit, filters=filters):
-                cursor.execute(statement, params)
-                rows += cursor.fetchall()
-            if not rows:
-                return []
+            rows = self.due_rows(cursor, self.claim_queries(now=now, limit=limit, filters=filters))
             intents = sorted(self.hydrate(rows), key=claim_order)[:limit]
-            tokens = {intent.id: secrets.token_hex(16) for intent in intents}
-            statement = self.sql_claim_update.replace(
-                "{cases}", " ".join(["WHEN %s THEN %s"] * len(tokens))
-            ).replace("{ids}", ", ".join(["%s"] * len(tokens)))
-            at = self.dt(now)
-            pairs = [value for pair in tokens.items() for value in pair]
-            cursor.execute(statement, [*pairs, self.dt(until), at, *tokens])
+            return self.take(cursor, intents, now=now, until=until)
+
+    def due_rows(self, cursor: Any, queries: list[tuple[str, list[Any]]]) -> list[Any]:
+        rows: list[Any] = []
+        for statement, params in queries:
+            cursor.execute(statement, params)
+            rows += cursor.fetchall()
+        return rows
+
+    def take(
+        self, cursor: Any, intents: list[Intent], *, now: datetime, until: datetime
+    ) -> list[Claimed]:
+        """Claim these selected (and, where the database can, locked) intents by primary key."""
+        if not intents:
+            return []
+        tokens = {intent.id: secrets.token_hex(16) for intent in intents}
+        statement = self.sql_claim_update.replace(
+            "{cases}", " ".join(["WHEN %s THEN %s"] * len(tokens))
+        ).replace("{ids}", ", ".join(["%s"] * len(tokens)))
+        pairs = [value for pair in tokens.items() for value in pair]
+        cursor.execute(statement, [*pairs, self.dt(until), self.dt(now), *tokens])
         claimed: list[Claimed] = []
         for intent in intents:
             lease_end = intent.claim_until if intent.state == RUNNING else None
@@ -226,6 +217,19 @@ class Backend:
         where, params = self.filters(filters)
         at = self.dt(now)
         return [(self.sql_claim.replace("{filters}", where), [at, at, *params, limit])]
+
+    def candidate_queries(
+        self, *, now: datetime, limit: int, filters: ClaimFilters
+    ) -> list[tuple[str, list[Any]]]:
+        """What a limited claim (``limited.py``) selects, locking where the database can."""
+        return self.claim_queries(now=now, limit=limit, filters=filters)
+
+    @contextlib.contextmanager
+    def limit_lock(self, kinds: list[str]) -> Iterator[bool]:
+        """A write transaction in which no other claim of ``kinds`` runs; yields whether
+        it got one. Here SQLite's: ``BEGIN IMMEDIATE`` already lets one writer in."""
+        with self.write_transaction():
+            yield True
 
     def cancel_exhausted(
         self, *, now: datetime, max_attempts: int, kinds: list[str] | None, error: str
@@ -257,7 +261,8 @@ class Backend:
         if filters.max_attempts is not None:
             where += f" AND (state = '{PENDING}' OR attempts < snoozes + %s)"
             params.append(filters.max_attempts)
-        return where, params
+        full, full_params = exclusions(filters)
+        return where + full, params + full_params
 
     def kind_filter(self, kinds: list[str] | None) -> tuple[str, list[Any]]:
         if not kinds:
@@ -288,44 +293,9 @@ class Backend:
     def finish_many(self, endings: Sequence[Ending], *, now: datetime) -> list[Finished]:
         """Apply a batch of fenced retries, cancellations and releases; return what moved.
 
-        Ids must be distinct. By default the running rows among them are read
-        (and locked, where ``lock_running`` says how) and those whose token
-        still matches are updated in one statement, all in one write
-        transaction, so the pair is as fenced as a one-row transition.
+        Ids must be distinct. By default: ``endings.finish_by_case``.
         """
-        by_id = {ending.id: ending for ending in endings}
-        marks = ", ".join(["%s"] * len(by_id))
-        with self.write_transaction(), self.cursor() as cursor:
-            cursor.execute(
-                f"SELECT id, kind, claim_token FROM {self.table} "
-                f"WHERE id IN ({marks}) AND state = '{RUNNING}'{self.lock_running}",
-                list(by_id),
-            )
-            held = [(id, kind) for id, kind, token in cursor.fetchall() if by_id[id].token == token]
-            if not held:
-                return []
-            endings = [by_id[id] for id, _ in held]
-            sets: list[str] = []
-            params: list[Any] = []
-            for column, values in (
-                ("state", [(e.id, e.state) for e in endings]),
-                ("next_at", [(e.id, self.dt(e.next_at)) for e in endings if e.next_at]),
-                ("last_error", [(e.id, e.error) for e in endings if e.error is not None]),
-            ):
-                if values:
-                    whens = " ".join(["WHEN %s THEN %s"] * len(values))
-                    sets.append(f"{column} = CASE id {whens} ELSE {column} END")
-                    params += [v for pair in values for v in pair]
-            if snoozed := [e.id for e in endings if e.snooze]:
-                marks = ", ".join(["%s"] * len(snoozed))
-                sets.append(f"snoozes = snoozes + CASE WHEN id IN ({marks}) THEN 1 ELSE 0 END")
-                params += snoozed
-            statement = (
-                f"UPDATE {self.table} SET {', '.join(sets)}, {CLEAR_CLAIM}, updated_at = %s "
-                f"WHERE id IN ({', '.join(['%s'] * len(held))})"
-            )
-            cursor.execute(statement, [*params, self.dt(now), *(id for id, _ in held)])
-        return [(id, kind, by_id[id].state) for id, kind in held]
+        return finish_by_case(self, endings, now=now)
 
     def attempts(self, id: str, token: str) -> int | None:  # noqa: A002
         """The attempts of a claim still held that count toward ``MAX_ATTEMPTS``
@@ -393,7 +363,3 @@ class Backend:
                     values[i] = func(values[i], fields[i], conn)
             intents.append(model.from_db(self.alias, names, values))
         return intents
-
-
-def claim_order(intent: Intent) -> tuple[datetime, datetime, str]:
-    return (intent.next_at, intent.created_at, intent.id)

@@ -9,15 +9,21 @@ the update, since the update cannot return it.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
-from django.db import transaction
+from django.db import DatabaseError, transaction
 
 from .base import CLAIM_ORDER, COMPLETED, PENDING, RUNNING, Backend
 from .claims import ClaimFilters
 
 LOCK = " FOR UPDATE SKIP LOCKED"
+# How long a limited claim waits for another claim of its kinds (seconds): a
+# claim holds the lock for milliseconds, so this only passes when one hangs.
+LIMIT_LOCK_WAIT = 10
 # The two halves of states.due, each an index range scan.
 BRANCHES = (f"state = '{PENDING}' AND next_at <= %s", f"state = '{RUNNING}' AND claim_until <= %s")
 
@@ -65,6 +71,39 @@ class MySQLBackend(Backend):
             (statement.replace("{filters}", where), [at, *params, limit])
             for statement in self.sql_branches
         ]
+
+    @contextlib.contextmanager
+    def limit_lock(self, kinds: list[str]) -> Iterator[bool]:
+        """Named locks (``GET_LOCK``), one per kind, taken in one order by every claimer.
+
+        They belong to the session, not the transaction, so they are released
+        after the commit. A claim made inside a caller's own transaction
+        releases them before that transaction commits; the limits then hold
+        for claims made by pools, which is what runs intents.
+        """
+        names = sorted(self.lock_name(kind) for kind in kinds)
+        taken: list[str] = []
+        try:
+            with self.cursor() as cursor:
+                for name in names:
+                    cursor.execute("SELECT GET_LOCK(%s, %s)", [name, LIMIT_LOCK_WAIT])
+                    if cursor.fetchone()[0] != 1:
+                        break
+                    taken.append(name)
+            if len(taken) < len(names):
+                yield False
+                return
+            with self.write_transaction():
+                yield True
+        finally:
+            with contextlib.suppress(DatabaseError), self.cursor() as cursor:
+                for name in taken:
+                    cursor.execute("SELECT RELEASE_LOCK(%s)", [name])
+
+    def lock_name(self, kind: str) -> str:
+        """A kind's lock name, one per database and table: names are server-wide (64 chars)."""
+        key = f"{self.connection.settings_dict['NAME']}\x00{self.table}\x00{kind}"
+        return "django_intents." + hashlib.sha256(key.encode()).hexdigest()[:40]
 
     def has_due(self, *, now: datetime, filters: ClaimFilters) -> bool:
         where, params = self.filters(filters)

@@ -6,9 +6,11 @@ the server parses each text once per connection however the values change.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import secrets
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -85,6 +87,12 @@ class PostgreSQLBackend(Backend):
             f"RETURNING {', '.join('t.' + self.connection.ops.quote_name(c) for c in self.columns)}"
             f", due.was, due.lease_end"
         )
+        # A limited claim's scan (``limited.py``): the rows only, locked, skipping
+        # those another claimer holds; it picks and updates them itself.
+        self.sql_candidates = (
+            f"SELECT {cols} FROM {table} WHERE {DUE}{{filters}} {CLAIM_ORDER} "
+            f"LIMIT %s FOR UPDATE SKIP LOCKED"
+        )
         # Arrays keep the statement text the same whatever the batch size.
         self.sql_complete_many = (
             f"UPDATE {table} AS t SET state = '{COMPLETED}', {CLEAR_CLAIM}, "
@@ -103,6 +111,10 @@ class PostgreSQLBackend(Backend):
             f"%s::boolean[]) AS v(id, token, state, next_at, error, snooze) "
             f"WHERE t.id = v.id AND t.state = '{RUNNING}' AND t.claim_token = v.token "
             f"RETURNING t.id, t.kind, t.state, t.next_at <= %s"
+        )
+        # unnest keeps the array's order, so the locks are taken in the order given.
+        self.sql_limit_lock = (
+            "SELECT count(pg_advisory_xact_lock(k)) FROM unnest(%s::bigint[]) AS k"
         )
         self.sql_notify_kinds = (
             f"SELECT pg_notify('{NOTIFY_CHANNEL}', kind) FROM unnest(%s::text[]) AS kind"
@@ -199,9 +211,27 @@ class PostgreSQLBackend(Backend):
             return "", []
         return " AND array_position(%s::text[], kind::text) IS NOT NULL", [list(kinds)]
 
+    def candidate_queries(
+        self, *, now: datetime, limit: int, filters: ClaimFilters
+    ) -> list[tuple[str, list[Any]]]:
+        where, params = self.filters(filters)
+        at = self.dt(now)
+        return [(self.sql_candidates.replace("{filters}", where), [at, at, *params, limit])]
+
+    @contextlib.contextmanager
+    def limit_lock(self, kinds: list[str]) -> Iterator[bool]:
+        """One advisory lock per kind, held until the transaction ends, taken in one
+        order by every claimer so that two claims of several kinds cannot deadlock."""
+        keys = sorted(lock_key(kind) for kind in kinds)
+        with self.write_transaction(), self.cursor() as cursor:
+            cursor.execute(self.sql_limit_lock, [keys])
+            yield True
+
     def claim(
         self, *, now: datetime, until: datetime, limit: int, filters: ClaimFilters
     ) -> list[Claimed]:
+        if filters.limits:
+            return super().claim(now=now, until=until, limit=limit, filters=filters)
         # The statement of claim_queries is the whole claim; its parameters end
         # before the token salt, the lease end and the update time.
         [(statement, params)] = self.claim_queries(now=now, limit=limit, filters=filters)
@@ -240,6 +270,17 @@ class PostgreSQLBackend(Backend):
             if due_now:
                 cursor.execute(self.sql_notify_kinds, [due_now])
         return [(id, kind, state) for id, kind, state, _ in rows]
+
+
+def lock_key(kind: str) -> int:
+    """The advisory lock of a kind's limited claims: 64 bits of a hash of its name.
+
+    Advisory locks are per database, and any other user of them on the same
+    database would pick its own keys; a collision would only make two kinds'
+    limited claims wait for each other.
+    """
+    digest = hashlib.sha256(b"django_intents.limit\x00" + kind.encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
 
 
 def _salt() -> str:
