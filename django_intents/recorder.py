@@ -46,6 +46,9 @@ from .states import State
 log = logging.getLogger("django_intents.worker")
 
 
+# More failures than this of one kind with one error, in one batch, are logged as one line.
+BURST = 5
+
 Written = tuple[list[tuple[Claim, Outcome]], DatabaseFailure | None]
 
 
@@ -185,13 +188,17 @@ class Recorder:
             if endings:
                 done.update(self._manager.finish_many(endings, now=now))
         results = []
+        failed: list[tuple[Claim, Ending]] = []
         for claim, ending in [*((c, None) for c in successes), *zip(others, endings, strict=True)]:
             outcome = self._recorded(claim, ending, now) if claim.intent.id in done else None
             if outcome is None:
                 log.info("%s: result dropped, the claim was lost", claim.name)
                 outcome = Outcome.FENCED
+            elif outcome is Outcome.ERROR and ending is not None:
+                failed.append((claim, ending))
             results.append((claim, outcome))
             send_finished(claim, outcome)
+        self._log_failures(failed, now)
         return results
 
     def _ending(self, claim: Claim, now: datetime) -> Ending:
@@ -213,15 +220,12 @@ class Recorder:
         )
 
     def _recorded(self, claim: Claim, ending: Ending | None, now: datetime) -> Outcome:
-        """Say in the log how a recorded result ended; return its outcome."""
+        """Say in the log how a recorded result ended; return its outcome.
+
+        Failures are told by ``_log_failures``, once the whole batch is known.
+        """
         outcome = claim.outcome or Outcome.ERROR
-        if outcome is Outcome.ERROR and ending is not None:
-            if ending.state == State.CANCELLED or ending.next_at is None:
-                then = f"cancelled, MAX_ATTEMPTS ({self._max_attempts}) reached"
-            else:
-                then = f"retry in {(ending.next_at - now).total_seconds():.0f} s"
-            log.warning("%s: failed: %s; %s", claim.name, one_line(claim.cause), then)
-        elif outcome is Outcome.SNOOZED and ending is not None:
+        if outcome is Outcome.SNOOZED and ending is not None:
             due = ending.next_at.isoformat(timespec="seconds") if ending.next_at else "now"
             log.info("%s: snoozed until %s: %s", claim.name, due, one_line(claim.cause))
         elif outcome is Outcome.STOPPED:
@@ -231,6 +235,47 @@ class Recorder:
         elif outcome is Outcome.FENCED:
             log.info("%s: handler stopped for shutdown; released, due now", claim.name)
         return outcome
+
+    def _log_failures(self, failed: list[tuple[Claim, Ending]], now: datetime) -> None:
+        """A line per failure, but a burst of one kind failing alike as one line.
+
+        When a partner goes down, every delivery to it fails with the same
+        error at once; a thousand identical lines bury the rest of the log and
+        cost the pool more than recording the failures does. Up to ``BURST``
+        alike in one batch are logged one by one; more as one line that counts
+        them and names the first few.
+        """
+        alike: dict[tuple[str, str], list[tuple[Claim, Ending]]] = {}
+        for claim, ending in failed:
+            alike.setdefault((claim.intent.kind, one_line(claim.cause)), []).append((claim, ending))
+        for (kind, cause), group in alike.items():
+            if len(group) <= BURST:
+                for claim, ending in group:
+                    log.warning("%s: failed: %s; %s", claim.name, cause, self._then(ending, now))
+                continue
+            waits = [(e.next_at - now).total_seconds() for _, e in group if _retried(e)]
+            cancelled = len(group) - len(waits)
+            then = [f"{len(waits)} retry in {min(waits):.0f}-{max(waits):.0f} s"] if waits else []
+            if cancelled:
+                then.append(f"{cancelled} cancelled, MAX_ATTEMPTS ({self._max_attempts}) reached")
+            first = ", ".join(claim.intent.id[:12] for claim, _ in group[:BURST])
+            log.warning(
+                "%s: %d attempts failed alike: %s; %s (first: %s)",
+                kind,
+                len(group),
+                cause,
+                "; ".join(then),
+                first,
+            )
+
+    def _then(self, ending: Ending, now: datetime) -> str:
+        if not _retried(ending):
+            return f"cancelled, MAX_ATTEMPTS ({self._max_attempts}) reached"
+        return f"retry in {(ending.next_at - now).total_seconds():.0f} s"  # type: ignore[operator]
+
+
+def _retried(ending: Ending) -> bool:
+    return ending.state != State.CANCELLED and ending.next_at is not None
 
 
 def _distinct(claims: list[Claim]) -> tuple[list[Claim], list[Claim]]:
