@@ -21,8 +21,8 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
-from django_intents.admin_summary import queue_summary
 from django_intents.admin_actions import skipped_message
+from django_intents.admin_summary import queue_summary
 from django_intents.humanize import relative, short_duration
 from django_intents.models import Intent
 

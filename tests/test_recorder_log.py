@@ -73,7 +73,9 @@ def test_a_burst_failing_alike_is_one_line_that_counts_them_and_every_row_is_rec
     lines = warnings(caplog)
     burst = [line for line in lines if "failed alike" in line]
     assert len(burst) == 1
-    assert burst[0].startswith("r.hook: 40 attempts failed alike: PartnerDown: HTTP 503; 40 retry in")
+    assert burst[0].startswith(
+        "r.hook: 40 attempts failed alike: PartnerDown: HTTP 503; 40 retry in"
+    )
     assert claims[0].intent.id[:12] in burst[0]
     assert len([line for line in lines if "r.push" in line and "KeyError" in line]) == 2
     assert len(lines) == 3
