@@ -1,0 +1,303 @@
+"""``INTENTS["LIMITS"]`` (SPEC §10): what every claim admits, in one process, time driven by ``now=``.
+
+The rule itself is ``django_intents/limits.py``; the claim that applies it
+under a lock is ``backends/limited.py``. Real worker processes are in
+``test_limits_process.py``. Every test checks the rows: held-back intents
+stay pending, untouched, in their place.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import SystemCheckError
+from django.db import connection, connections
+from django.test import override_settings
+
+from django_intents import metrics
+from django_intents.admin_summary import queue_summary
+from django_intents.backends.claims import ClaimFilters
+from django_intents.conf import parse
+from django_intents.limits import Limit, held_back
+from django_intents.models import Intent
+
+from .conftest import at, external_kinds, intents
+from .test_metrics import scrape, series
+from .test_worker_pool import background, pool  # noqa: F401 - a fixture, and a helper
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+HOOK, FREE = "l.hook", "l.free"
+
+
+@pytest.fixture(autouse=True)
+def kinds() -> Iterator[None]:
+    with external_kinds(HOOK, FREE):
+        yield
+
+
+def limits(**caps: dict[str, int]) -> Any:
+    """``INTENTS`` with ``LIMITS`` for the hook kind (and the test kinds declared)."""
+    declared = [*intents().get("EXTERNAL_KINDS", ()), HOOK, FREE]
+    return override_settings(INTENTS=intents(EXTERNAL_KINDS=declared, LIMITS={HOOK: caps}))
+
+
+def enqueue(targets: list[str], kind: str = HOOK, start: float = 0.0) -> list[str]:
+    """One intent per entry of ``targets``, due one second apart, in that order."""
+    return [
+        Intent.objects.enqueue(kind, f"{kind}-{start + i}", target, now=at(start + i))
+        for i, target in enumerate(targets)
+    ]
+
+
+def running_per_target() -> Counter[str]:
+    return Counter(Intent.objects.filter(state="running").values_list("target", flat=True))
+
+
+# -- the setting -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ({}, "is empty"),
+        ([("k", {"running": 1})], "must be a dict"),
+        ({"k": {}}, "must be a non-empty dict"),
+        ({"k": 3}, "must be a non-empty dict"),
+        ({"k": {"runing": 2}}, "unknown key(s) runing"),
+        ({"k": {"running": 0}}, "['running'] must be a positive integer, not 0"),
+        ({"k": {"per_target": -1}}, "['per_target'] must be a positive integer, not -1"),
+        ({"k": {"running": 1.5}}, "must be a positive integer, not 1.5"),
+        ({"k": {"running": True}}, "must be a positive integer, not True"),
+        ({"k": {"per_target": "2"}}, "must be a positive integer, not '2'"),
+        ({"": {"running": 1}}, "bad kind ''"),
+        ({"a\x00b": {"running": 1}}, "bad kind"),
+    ],
+)
+def test_a_bad_limits_setting_is_one_error_naming_what_is_wrong(value, message):
+    built, errors = parse({"LIMITS": value})
+    assert len(errors) == 1
+    assert str(errors[0]).startswith("INTENTS['LIMITS'] ")
+    assert message in str(errors[0])
+    assert built.limits == {}
+
+
+def test_a_bad_limits_setting_fails_the_system_check():
+    with (
+        override_settings(INTENTS=intents(LIMITS={HOOK: {"per_target": 0}})),
+        pytest.raises(SystemCheckError, match=r"INTENTS\['LIMITS'\].*per_target"),
+    ):
+        call_command("check")
+
+
+def test_a_good_limits_setting_parses_each_side_or_both():
+    built, errors = parse({"LIMITS": {"a": {"running": 3}, "b": {"per_target": 2, "running": 9}}})
+    assert errors == []
+    assert built.limits == {"a": Limit(running=3), "b": Limit(running=9, per_target=2)}
+
+
+# -- the claim ---------------------------------------------------------------------
+
+
+def test_per_target_holds_back_the_rest_of_a_target_and_claims_past_it_in_order():
+    ids = enqueue(["dead", "dead", "dead", "dead", "ok-1", "dead", "ok-2", "ok-1"])
+    with limits(per_target=2):
+        claimed = Intent.objects.claim_many(10, now=at(60))
+    assert [i.id for i in claimed] == [ids[0], ids[1], ids[4], ids[6], ids[7]]
+    assert running_per_target() == {"dead": 2, "ok-1": 2, "ok-2": 1}
+    held = Intent.objects.filter(id__in=[ids[2], ids[3], ids[5]])
+    assert {(r.state, r.attempts, r.claim_token, r.next_at) for r in held} == {
+        ("pending", 0, "", r.next_at) for r in held
+    }
+    assert [r.next_at for r in held.order_by("next_at")] == [at(2), at(3), at(5)]
+
+
+def test_running_caps_the_kind_across_targets_and_the_claim_takes_the_oldest():
+    ids = enqueue([f"t{i}" for i in range(6)])
+    with limits(running=4):
+        first = Intent.objects.claim_many(10, now=at(60))
+        second = Intent.objects.claim_many(10, now=at(60))
+    assert [i.id for i in first] == ids[:4]
+    assert second == []
+    assert Intent.objects.filter(state="pending").count() == 2
+
+
+def test_both_caps_together_admit_what_fits_both():
+    ids = enqueue(["a", "a", "a", "b", "b", "c"])
+    with limits(running=3, per_target=1):
+        claimed = Intent.objects.claim_many(10, now=at(60))
+    assert [i.id for i in claimed] == [ids[0], ids[3], ids[5]]
+
+
+def test_a_single_claim_applies_the_limits_too():
+    enqueue(["a", "a"])
+    with limits(per_target=1):
+        assert Intent.objects.claim(now=at(60)) is not None
+        assert Intent.objects.claim(now=at(60)) is None
+    assert running_per_target() == {"a": 1}
+
+
+def test_finishing_an_intent_frees_its_slot_for_the_next_in_order():
+    ids = enqueue(["a", "a", "a"])
+    with limits(per_target=1):
+        [first] = Intent.objects.claim_many(5, now=at(60))
+        assert Intent.objects.claim_many(5, now=at(61)) == []
+        assert Intent.objects.complete(first.id, first.claim_token, now=at(62))
+        [second] = Intent.objects.claim_many(5, now=at(63))
+        assert Intent.objects.retry(second.id, second.claim_token, "HTTP 503", now=at(64))
+        [third] = Intent.objects.claim_many(5, now=at(65))
+    assert (first.id, second.id, third.id) == (ids[0], ids[1], ids[2])
+
+
+def test_an_expired_lease_frees_its_slot_and_the_claim_may_take_it_over():
+    ids = enqueue(["a", "a"])
+    with limits(per_target=1):
+        [first] = Intent.objects.claim_many(5, now=at(60), lease=10)
+        assert Intent.objects.claim_many(5, now=at(69)) == []  # the lease still holds
+        [again] = Intent.objects.claim_many(5, now=at(71))
+    # The expired claim is the oldest due intent: it is taken over, the other still waits.
+    assert (again.id, again.attempts) == (ids[0], 2)
+    assert Intent.objects.get(id=ids[1]).state == "pending"
+
+
+def test_kinds_without_limits_claimed_alongside_are_not_held_back():
+    hooks = enqueue(["a", "a", "a"])
+    free = enqueue(["a", "a", "a"], kind=FREE, start=10)
+    with limits(per_target=1):
+        claimed = Intent.objects.claim_many(10, now=at(60))
+        only_free = Intent.objects.claim_many(10, now=at(60), kinds=[FREE])
+    assert [i.id for i in claimed] == [hooks[0], *free]
+    assert only_free == []
+
+
+def test_a_claim_of_only_a_full_kind_returns_nothing_and_changes_nothing():
+    enqueue(["a", "b"])
+    with limits(running=1):
+        assert len(Intent.objects.claim_many(5, now=at(60), kinds=[HOOK])) == 1
+        before = list(Intent.objects.order_by("id").values_list())
+        assert Intent.objects.claim_many(5, now=at(61), kinds=[HOOK]) == []
+    assert list(Intent.objects.order_by("id").values_list()) == before
+
+
+def test_concurrent_claimers_never_exceed_the_limits(vendor):
+    # SQLite lets one writer in at a time: its threads queue on the busy timeout.
+    n_threads = 2 if vendor == "sqlite" else 6
+    targets = [f"t{i % 5}" for i in range(60)]
+    enqueue(targets)
+    seen: list[Counter[str]] = []
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(n_threads)
+
+    def claimer() -> None:
+        try:
+            barrier.wait()
+            for _ in range(8):
+                for intent in Intent.objects.claim_many(3, now=at(100)):
+                    seen.append(running_per_target())
+                    Intent.objects.complete(intent.id, intent.claim_token, now=at(100))
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    with limits(running=4, per_target=1):
+        threads = [threading.Thread(target=claimer) for _ in range(n_threads)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+    assert errors == []
+    assert seen, "no claim succeeded"
+    for counts in seen:
+        assert max(counts.values(), default=0) <= 1, counts
+        assert sum(counts.values()) <= 4, counts
+    assert Intent.objects.filter(state="running").count() == 0
+
+
+EXPLAIN = {"postgresql": "EXPLAIN ", "mysql": "EXPLAIN ", "sqlite": "EXPLAIN QUERY PLAN "}
+
+
+def test_the_limited_claim_scans_the_claim_index(vendor):
+    enqueue([f"t{i % 3}" for i in range(30)])
+    filters = ClaimFilters(
+        kinds=[HOOK], limits={HOOK: Limit(per_target=1)}, full_targets=((HOOK, "t1"),)
+    )
+    backend = Intent.objects._backend()
+    plans = []
+    with connection.cursor() as cursor:
+        if vendor == "postgresql":
+            cursor.execute("SET enable_seqscan = off")  # 30 rows: a scan would win on cost alone
+        for statement, params in backend.candidate_queries(now=at(60), limit=10, filters=filters):
+            cursor.execute(EXPLAIN[vendor] + statement, params)
+            plans.append(" ".join(str(value) for row in cursor.fetchall() for value in row))
+        if vendor == "postgresql":
+            cursor.execute("RESET enable_seqscan")
+    assert plans
+    for plan in plans:
+        assert "intents_claimable_idx" in plan or "intents_claim" in plan, plan
+
+
+# -- what a limit holds back: the admin, the gauge, the drain ------------------------
+
+
+def test_held_back_counts_what_does_not_fit_per_target_and_per_kind():
+    limits_ = {"k": Limit(running=5, per_target=2)}
+    due = {("k", "a"): 10, ("k", "b"): 1, ("other", "a"): 7}
+    assert held_back(limits_, due, {("k", "a"): 1}) == {"k": 11 - 2}
+    assert held_back(limits_, due, {("k", "a"): 2, ("k", "c"): 2}) == {"k": 11 - 1}
+
+
+def test_admin_summary_and_gauge_show_how_many_due_intents_a_limit_holds_back(admin_client):
+    enqueue(["a", "a", "a", "a", "b"], start=-100)
+    with limits(per_target=1):
+        claimed = Intent.objects.claim_many(10)
+        assert len(claimed) == 2
+        summary = queue_summary()
+        [kind] = [k for k in summary.kinds if k.kind == HOOK]
+        assert (summary.limits, kind.limited, kind.limit) == (True, 3, "per target ≤ 1")
+        page = admin_client.get("/admin/django_intents/intent/").content.decode()
+        assert 'data-limited="3"' in page
+        assert "Held back by a limit" in page
+        metrics.QUEUE.invalidate()
+        with override_settings(
+            INTENTS={**intents(LIMITS={HOOK: {"per_target": 1}}), "METRIC_KINDS": [HOOK]}
+        ):
+            samples = scrape(admin_client)
+    assert samples[series("django_intents_limited", kind=HOOK)] == 3
+    assert Intent.objects.filter(state="pending", attempts=0).count() == 3
+
+
+def test_a_drain_waits_for_a_slot_held_elsewhere_instead_of_leaving_intents_behind(
+    background,  # noqa: F811 - the fixture
+):
+    ids = [Intent.objects.enqueue(HOOK, f"e{i}", "a") for i in range(2)]
+    ran: list[str] = []
+    with limits(per_target=1):
+        held = Intent.objects.claim()  # another pool's slot, for 0.5 s
+        assert held is not None and held.id == ids[0]
+
+        def complete_elsewhere() -> None:
+            Intent.objects.complete(held.id, held.claim_token)
+            connections.close_all()
+
+        timer = threading.Timer(0.5, complete_elsewhere)
+        timer.start()
+        try:
+            status = background(
+                pool({HOOK: lambda intent, attempt: ran.append(intent.id)}, drain=True)
+            ).join()
+        finally:
+            timer.join()
+    assert status == 0
+    assert ran == [ids[1]]
+    assert set(Intent.objects.values_list("state", flat=True)) == {"completed"}
+
+
+def test_without_limits_the_same_intents_are_all_claimed():
+    enqueue(["a", "a", "a"])
+    assert len(Intent.objects.claim_many(10, now=at(60))) == 3
