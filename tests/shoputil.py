@@ -23,6 +23,7 @@ SHOP_SETTINGS: dict[str, Any] = {
     "ROOT_URLCONF": "example_project.urls",
     "SHOP_PARTNER_URL": "",
     "SHOP_RECEIVER_FAIL": 0.0,
+    "SHOP_PARTNER_HANG": 6.0,
 }
 
 
