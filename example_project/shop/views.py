@@ -169,6 +169,9 @@ def receive_webhook(request: HttpRequest) -> JsonResponse:
         fail_first = int(request.GET.get("fail_first", "0"))
     except ValueError:
         return _refuse(400, "Intent-Attempt and the query parameters must be numbers", key)
+    # Read before any answer: a hanging partner that left the body unread in the
+    # socket would have runserver parse it as the next request once it answers.
+    body = request.body
     refused = _as_the_partner_page_says(Partner.objects.current(), key, attempt)
     if refused is not None:
         return refused
@@ -179,7 +182,7 @@ def receive_webhook(request: HttpRequest) -> JsonResponse:
     if refuses(key, attempt, fraction):
         return _refuse(503, f"refused by ?fail={fraction:g}", key, attempt)
     try:
-        payload = json.loads(request.body)
+        payload = json.loads(body)
     except ValueError:
         return _refuse(400, "the body is not JSON", key, attempt)
 
