@@ -10,6 +10,7 @@ the partner stored.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import http.server
 import threading
 import time
@@ -19,6 +20,7 @@ from email.utils import parsedate_to_datetime
 from typing import Any, ClassVar
 
 import pytest
+from django.core.signals import request_finished
 from django.test import Client, override_settings
 from django.urls import reverse
 from django.utils import timezone
@@ -257,6 +259,15 @@ def test_an_invalid_switch_is_answered_400_and_changes_nothing(
 
 
 @pytest.mark.django_db
+def test_an_empty_switch_is_answered_400_and_changes_nothing(client: Client):
+    response = client.post(reverse("shop:partner"), {})
+
+    assert response.status_code == 400
+    assert "mode" in response.context["form"].errors
+    assert not Partner.objects.exists()
+
+
+@pytest.mark.django_db
 def test_switching_the_partner_needs_the_csrf_token():
     client = Client(enforce_csrf_checks=True)
 
@@ -358,6 +369,28 @@ def test_the_sliding_window_refuses_above_the_limit_and_counts_only_what_it_acce
 # -- a worker pool against the switched partner -------------------------------------------
 
 
+@contextlib.contextmanager
+def hung_request_finishing() -> Iterator[threading.Event]:
+    """Wait on leaving for the live server to finish the hung request.
+
+    Its thread touches the database once the hang ends (Django closes old
+    connections when a request finishes); left running, it would do that after
+    the test, when database access is blocked. Connected after Django's own
+    receiver, the event is set once that is done.
+    """
+    finished = threading.Event()
+
+    def on_finished(**kwargs: Any) -> None:
+        finished.set()
+
+    request_finished.connect(on_finished, dispatch_uid="test_example_partner.hung")
+    try:
+        yield finished
+        finished.wait(30)
+    finally:
+        request_finished.disconnect(dispatch_uid="test_example_partner.hung")
+
+
 def drain_webhooks(workers: int = 1) -> None:
     pool = WorkerPool(
         handlers={"webhook": deliver_webhook}, workers=workers, drain=True, handle_signals=False
@@ -429,14 +462,17 @@ def test_a_pool_fails_an_attempt_whose_partner_hangs_past_the_timeout(
     hung = Intent.objects.enqueue("webhook", "order-1-placed", live_server.url + RECEIVER, {})
     started = time.monotonic()
 
-    drain_webhooks()
+    with hung_request_finishing() as finished:
+        drain_webhooks()
+        elapsed, drained_at = time.monotonic() - started, timezone.now()
 
-    assert time.monotonic() - started < 3  # the handler's timeout fired, not the hang's end
+    assert finished.is_set()
+    assert elapsed < 3  # the handler's timeout fired, not the hang's end
     row = Intent.objects.get(pk=hung)
     assert (row.state, row.attempts, row.snoozes) == ("pending", 1, 0)
     assert "DeliveryFailed" in row.last_error
     assert "did not answer within 0.3 s" in row.last_error
-    assert row.next_at > timezone.now()
+    assert row.next_at > drained_at  # retried after the backoff
     assert not ReceivedWebhook.objects.exists()
 
 

@@ -121,7 +121,8 @@ def partner(request: HttpRequest) -> HttpResponse:
     For a person watching flow control in the browser: the mode applies to every
     delivery from the next one on, whatever the webhook URL's query says.
     """
-    form = PartnerForm(request.POST or None, instance=Partner.objects.current())
+    data = request.POST if request.method == "POST" else None  # an empty POST is invalid too
+    form = PartnerForm(data, instance=Partner.objects.current())
     if request.method == "POST" and form.is_valid():
         saved = form.save()
         messages.success(request, f"The partner now does this: {saved.get_mode_display()}.")
