@@ -155,10 +155,10 @@ def receive_webhook(request: HttpRequest) -> JsonResponse:
 
     First the mode set on the partner page: it may answer 429 with
     ``Retry-After``, or hang for ``SHOP_PARTNER_HANG`` seconds and then answer
-    503. Otherwise ``?status=410`` answers that status instead (a partner that refuses for good);
-    ``?fail=0.3`` refuses that fraction of deliveries with 503 (default
-    ``SHOP_RECEIVER_FAIL``), and ``?fail_first=1`` the first attempt of each, so
-    that retries and backoff can be watched.
+    503. Then the query: ``?status=410`` answers that status instead (a partner
+    that refuses for good); ``?fail=0.3`` refuses that fraction of deliveries
+    with 503 (default ``SHOP_RECEIVER_FAIL``), and ``?fail_first=1`` the first
+    attempt of each, so that retries and backoff can be watched.
     """
     key = request.headers.get("Idempotency-Key", "")
     if not key or len(key) > ReceivedWebhook._meta.get_field("key").max_length:
