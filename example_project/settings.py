@@ -167,6 +167,11 @@ SHOP_PARTNER_URL = os.environ.get("SHOP_PARTNER_URL", "")
 # The fraction of deliveries the receiver refuses with 503 when a request does not
 # say (?fail=0.3 does); decided per idempotency key and attempt, so runs repeat.
 SHOP_RECEIVER_FAIL = float(os.environ.get("SHOP_RECEIVER_FAIL", "0"))
+# How long the receiver hangs when the partner page says "hang" before it answers
+# 503: one second past the webhook handler's 5 s client timeout (TIMEOUT in
+# shop/handlers.py), so the handler gives up first, and a runserver thread is
+# not held for ever.
+SHOP_PARTNER_HANG = float(os.environ.get("SHOP_PARTNER_HANG", "6"))
 
 LOGGING = {
     "version": 1,

@@ -4,16 +4,14 @@ Views, signals and the ``send_receipt`` task enqueue in the caller's transaction
 the receiver stores each delivery once; the handlers deliver over real HTTP and
 map answers to outcomes; the task sends one receipt however often it runs.
 
-The shop is installed for this module only, with its own migration: installed in
-tests.settings, its ``webhook`` and ``push`` handlers would join every worker
-pool the other tests start.
+The shop is installed for this module only, with its own migration, by the
+``shop_app`` fixture of tests/shoputil.py.
 """
 
 from __future__ import annotations
 
 import asyncio
 import http.server
-import importlib
 import inspect
 import socket
 import threading
@@ -25,10 +23,6 @@ from typing import Any, ClassVar
 
 import aiohttp
 import pytest
-from django.apps import apps
-from django.conf import settings
-from django.contrib import admin
-from django.core.management import call_command
 from django.db import transaction
 from django.test import Client, override_settings
 from django.urls import reverse
@@ -40,6 +34,8 @@ from django_intents.tasks.compat import TaskResultStatus, task_enqueued
 from django_intents.tasks.runner import run_task
 from django_intents.worker import WorkerPool
 from example_project.settings import SQLITE_OPTIONS, database_from_url
+
+from .shoputil import shop_app  # noqa: F401 - an autouse fixture: installs the shop
 
 # Model classes can only be defined while their app is installed: import the shop
 # during a brief installation (no admin, so nothing registers globally); the
@@ -53,39 +49,6 @@ with override_settings(INSTALLED_APPS=["django_intents", "example_project.shop"]
 
 RECEIVER = "/webhooks/receive/"
 SEND_RECEIPT = "example_project.shop.tasks.send_receipt"
-
-
-@pytest.fixture(scope="module", autouse=True)
-def shop_app(django_db_setup: None, django_db_blocker: Any) -> Iterator[None]:
-    """Install the shop, route URLs to the example project, and migrate its tables."""
-    installed = [*settings.INSTALLED_APPS, "example_project.shop"]
-    with override_settings(
-        INSTALLED_APPS=installed,
-        ROOT_URLCONF="example_project.urls",
-        SHOP_PARTNER_URL="",
-        SHOP_RECEIVER_FAIL=0.0,
-    ):
-        with django_db_blocker.unblock():
-            call_command("migrate", "shop", verbosity=0)
-        # pytest-django runs transactional tests after the others, so this may be
-        # the second installation: register the shop's admin again if need be.
-        shop_admin = importlib.import_module("example_project.shop.admin")
-        for model, model_admin in (
-            (Order, shop_admin.OrderAdmin),
-            (PushLog, shop_admin.PushLogAdmin),
-            (Receipt, shop_admin.ReceiptAdmin),
-            (ReceivedWebhook, shop_admin.ReceivedWebhookAdmin),
-        ):
-            if not admin.site.is_registered(model):
-                admin.site.register(model, model_admin)
-        try:
-            yield
-        finally:
-            with django_db_blocker.unblock():
-                call_command("migrate", "shop", "zero", verbosity=0)
-            # Left registered, the shop would break the admin index of other tests.
-            for model in apps.get_app_config("shop").get_models():
-                admin.site.unregister(model)
 
 
 class Boom(Exception):

@@ -5,6 +5,8 @@ from typing import Any
 
 from django import forms
 
+from .models import Partner
+
 # How the shop's own receiver should behave for this order's webhook: the query
 # string appended to its URL. Lets a visitor watch success, retries with backoff,
 # and a cancellation without any partner of their own.
@@ -36,3 +38,12 @@ class OrderForm(forms.Form):
     def partner_query(self) -> str:
         data: dict[str, Any] = self.cleaned_data
         return PARTNER_BEHAVIOURS[data["partner"]][1]
+
+
+class PartnerForm(forms.ModelForm):
+    """The partner page's switch: how the receiver answers from now on."""
+
+    class Meta:
+        model = Partner
+        fields = ("mode", "rate", "retry_after", "retry_after_as_date")
+        widgets = {"mode": forms.RadioSelect}

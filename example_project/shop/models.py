@@ -5,6 +5,7 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models, transaction
 from django.utils import timezone
 
@@ -163,3 +164,63 @@ class Receipt(models.Model):
 
     def __str__(self) -> str:
         return f"receipt to {self.recipient}: {self.text}"
+
+
+class PartnerManager(models.Manager["Partner"]):
+    def current(self) -> Partner:
+        """The partner's settings: the stored row, or the defaults until someone saves them.
+
+        Reading never writes, so the receiver costs one SELECT per delivery.
+        """
+        return self.filter(pk=Partner.SINGLETON).first() or Partner(pk=Partner.SINGLETON)
+
+
+class Partner(models.Model):
+    """How the shop's own receiver plays the partner, switched on the partner page.
+
+    A row rather than the cache: it survives a restart of the site, and every
+    web process reads the same one (the example's default cache, local memory,
+    is per process). There is one row, with ``pk`` 1.
+    """
+
+    SINGLETON = 1
+
+    class Mode(models.TextChoices):
+        NORMAL = "normal", "Answer normally (as each webhook URL's query says)"
+        LIMITED = "limited", "Rate-limited: 429 with Retry-After above N requests per second"
+        THROTTLED = "throttled", "Always 429 with Retry-After"
+        HANG = "hang", "Hang past the webhook handler's timeout, then answer 503"
+
+    mode = models.CharField(
+        max_length=max(len(value) for value in Mode.values),
+        choices=Mode.choices,
+        default=Mode.NORMAL,
+    )
+    rate = models.PositiveIntegerField(
+        "requests per second",
+        default=2,
+        validators=[MinValueValidator(1)],
+        help_text="Rate-limited: deliveries accepted per second; the others get 429.",
+    )
+    retry_after = models.PositiveIntegerField(
+        "Retry-After (seconds)",
+        default=10,
+        validators=[MaxValueValidator(24 * 3600)],
+        help_text="How long a 429 asks the sender to wait.",
+    )
+    retry_after_as_date = models.BooleanField(
+        "send Retry-After as an HTTP date",
+        default=False,
+        help_text="The other form the header may take: a time (GMT), not a number of seconds.",
+    )
+    changed_at = models.DateTimeField(auto_now=True)
+
+    objects = PartnerManager()
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(condition=models.Q(id=1), name="shop_partner_singleton"),
+        ]
+
+    def __str__(self) -> str:
+        return f"partner: {self.get_mode_display()}"

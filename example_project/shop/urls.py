@@ -7,5 +7,6 @@ urlpatterns = [
     path("", views.index, name="index"),
     path("orders/", views.place_order, name="place-order"),
     path("status/", views.status, name="status"),
+    path("partner/", views.partner, name="partner"),
     path("webhooks/receive/", views.receive_webhook, name="receive-webhook"),
 ]

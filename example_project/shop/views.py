@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import time
 
 from django.conf import settings
 from django.contrib import messages
@@ -14,13 +15,15 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.http import http_date
 from django.views.decorators.csrf import csrf_exempt
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from django_intents.models import Intent
 
-from .forms import OrderForm
-from .models import Order, PushLog, Receipt, ReceivedWebhook
+from .forms import OrderForm, PartnerForm
+from .models import Order, Partner, PushLog, Receipt, ReceivedWebhook
+from .ratelimit import SlidingWindow
 from .tasks import send_receipt
 
 logger = logging.getLogger(__name__)
@@ -40,6 +43,7 @@ def index(request: HttpRequest, form: OrderForm | None = None) -> HttpResponse:
         "pushes": PushLog.objects.all()[:10],
         "receipts": Receipt.objects.all()[:10],
         "webhooks": ReceivedWebhook.objects.all()[:10],
+        "partner": Partner.objects.current(),
     }
     return render(request, "shop/index.html", context, status=400 if form else 200)
 
@@ -110,6 +114,27 @@ def _counts() -> dict[str, dict[str, int]]:
 # -- the partner's side -------------------------------------------------------------------
 
 
+@require_http_methods(["GET", "POST"])
+def partner(request: HttpRequest) -> HttpResponse:
+    """Switch how the receiver answers: normally, 429 with ``Retry-After``, or hanging.
+
+    For a person watching flow control in the browser: the mode applies to every
+    delivery from the next one on, whatever the webhook URL's query says.
+    """
+    data = request.POST if request.method == "POST" else None  # an empty POST is invalid too
+    form = PartnerForm(data, instance=Partner.objects.current())
+    if request.method == "POST" and form.is_valid():
+        saved = form.save()
+        messages.success(request, f"The partner now does this: {saved.get_mode_display()}.")
+        return redirect("shop:partner")
+    context = {"form": form, "hang": settings.SHOP_PARTNER_HANG}
+    return render(request, "shop/partner.html", context, status=400 if form.errors else 200)
+
+
+# The rate-limited partner's count of recent deliveries, shared by runserver's threads.
+rate_limiter = SlidingWindow()
+
+
 def refuses(key: str, attempt: int, fraction: float) -> bool:
     """Whether a flaky partner refuses this delivery: ``fraction`` of them, chosen by hash.
 
@@ -128,10 +153,12 @@ def refuses(key: str, attempt: int, fraction: float) -> bool:
 def receive_webhook(request: HttpRequest) -> JsonResponse:
     """Accept a webhook once per ``Idempotency-Key``; a duplicate is answered 200 and not stored.
 
-    ``?status=410`` answers that status instead (a partner that refuses for good);
-    ``?fail=0.3`` refuses that fraction of deliveries with 503 (default
-    ``SHOP_RECEIVER_FAIL``), and ``?fail_first=1`` the first attempt of each, so
-    that retries and backoff can be watched.
+    First the mode set on the partner page: it may answer 429 with
+    ``Retry-After``, or hang for ``SHOP_PARTNER_HANG`` seconds and then answer
+    503. Then the query: ``?status=410`` answers that status instead (a partner
+    that refuses for good); ``?fail=0.3`` refuses that fraction of deliveries
+    with 503 (default ``SHOP_RECEIVER_FAIL``), and ``?fail_first=1`` the first
+    attempt of each, so that retries and backoff can be watched.
     """
     key = request.headers.get("Idempotency-Key", "")
     if not key or len(key) > ReceivedWebhook._meta.get_field("key").max_length:
@@ -143,6 +170,12 @@ def receive_webhook(request: HttpRequest) -> JsonResponse:
         fail_first = int(request.GET.get("fail_first", "0"))
     except ValueError:
         return _refuse(400, "Intent-Attempt and the query parameters must be numbers", key)
+    # Read before any answer: a hanging partner that left the body unread in the
+    # socket would have runserver parse it as the next request once it answers.
+    body = request.body
+    refused = _as_the_partner_page_says(Partner.objects.current(), key, attempt)
+    if refused is not None:
+        return refused
     if forced:
         return _refuse(forced if 400 <= forced < 600 else 400, "refused by ?status", key, attempt)
     if attempt <= fail_first:
@@ -150,7 +183,7 @@ def receive_webhook(request: HttpRequest) -> JsonResponse:
     if refuses(key, attempt, fraction):
         return _refuse(503, f"refused by ?fail={fraction:g}", key, attempt)
     try:
-        payload = json.loads(request.body)
+        payload = json.loads(body)
     except ValueError:
         return _refuse(400, "the body is not JSON", key, attempt)
 
@@ -165,6 +198,25 @@ def receive_webhook(request: HttpRequest) -> JsonResponse:
             "receiver: %s attempt %s -> HTTP 200, a duplicate: not stored", key[:12], attempt
         )
     return JsonResponse({"key": key, "duplicate": not created})
+
+
+def _as_the_partner_page_says(current: Partner, key: str, attempt: int) -> JsonResponse | None:
+    """The answer the partner page's mode imposes, or ``None`` to answer as usual."""
+    if current.mode == Partner.Mode.HANG:
+        # Bounded, so a dev-server thread is not held for ever: by default one
+        # second past the handler's 5 s timeout, which fires first.
+        time.sleep(settings.SHOP_PARTNER_HANG)
+        return _refuse(503, f"hung for {settings.SHOP_PARTNER_HANG:g} s", key, attempt)
+    if current.mode == Partner.Mode.THROTTLED or (
+        current.mode == Partner.Mode.LIMITED and not rate_limiter.allow(current.rate)
+    ):
+        response = _refuse(429, current.get_mode_display(), key, attempt)
+        if current.retry_after_as_date:
+            response["Retry-After"] = http_date(time.time() + current.retry_after)
+        else:
+            response["Retry-After"] = str(current.retry_after)
+        return response
+    return None
 
 
 def _refuse(status: int, why: str, key: str, attempt: int | None = None) -> JsonResponse:
