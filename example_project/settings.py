@@ -155,6 +155,10 @@ INTENTS = {
     "MAX_ATTEMPTS": 4,
     "WORKERS": 4,
     "POLL_INTERVAL": 0.2,
+    # At most 2 deliveries to one partner URL in flight, 4 webhooks in all,
+    # across every worker pool: switch the partner page to "hang" and watch
+    # the rest of the queue keep moving while 2 wait on the hung partner.
+    "LIMITS": {"webhook": {"running": 4, "per_target": 2}},
 }
 
 # @task functions (shop/tasks.py) are stored as intents of kind "django.tasks"
