@@ -19,7 +19,7 @@ from django.db.backends.postgresql.psycopg_any import is_psycopg3
 
 if is_psycopg3:
     from django.db.backends.postgresql.base import ServerBindingCursor
-    from psycopg import postgres, pq
+    from psycopg import Pipeline, postgres, pq
 
     # psycopg's fastest text loader for timestamptz (C, with psycopg[binary]).
     TIMESTAMPTZ_LOADER: Any = postgres.adapters.get_loader(
@@ -42,6 +42,7 @@ from .base import (
     claim_order,
 )
 from .claims import Claimed, ClaimFilters
+from .limited import EXTRA, MAX_EXTRA_ROWS, MAX_LIMIT
 
 # The columns a new intent takes from its caller; the rest are fixed or the batch's time.
 JSON_COLUMNS = ("id", "kind", "event_id", "target", "payload", "next_at")
@@ -87,11 +88,44 @@ class PostgreSQLBackend(Backend):
             f"RETURNING {', '.join('t.' + self.connection.ops.quote_name(c) for c in self.columns)}"
             f", due.was, due.lease_end"
         )
-        # A limited claim's scan (``limited.py``): the rows only, locked, skipping
-        # those another claimer holds; it picks and updates them itself.
-        self.sql_candidates = (
-            f"SELECT {cols} FROM {table} WHERE {DUE}{{filters}} {CLAIM_ORDER} "
-            f"LIMIT %s FOR UPDATE SKIP LOCKED"
+        # A claim of kinds with LIMITS, after the kinds' advisory locks (limit_lock).
+        # One statement, as the plain claim: the live leases per target, the due
+        # rows in order leaving out the targets and kinds with no room, then, in
+        # that order, those that still fit their target's and their kind's room.
+        # Window functions cannot sit beside FOR UPDATE, so they rank ``due``. What
+        # is full is an array computed once (an InitPlan), not a join: a join
+        # would turn the ordered walk of the claim index into a scan and a sort.
+        # The test is spelled "(CASE ... THEN NULL ELSE 1 END) IS NOT NULL" so
+        # that the planner, which cannot see into it, takes it to keep almost
+        # every row (as with kind_filter) and walks the index in order; written
+        # "<> ALL (...)" it was estimated to keep one row in a hundred, and the
+        # planner sorted every due row to find the first few.
+        order = "ORDER BY next_at, created_at, id"
+        cap = "(%s::bigint[])[array_position(%s::text[], {}kind::text)]"  # a kind's cap, or NULL
+        self.sql_limited_claim = (
+            f"WITH live AS MATERIALIZED (SELECT kind, target, count(*) AS n FROM {table} "
+            f"WHERE state = '{RUNNING}' AND claim_until > %s AND kind = ANY (%s::text[]) "
+            f"GROUP BY kind, target), "
+            f"due AS MATERIALIZED (SELECT t.id, t.kind, t.target, t.next_at, t.created_at, "
+            f"t.state AS was, t.claim_until AS lease_end, {cap.format('t.')} AS per_target, "
+            f"{cap.format('t.')} AS running FROM {table} AS t WHERE {DUE}{{filters}} "
+            f"AND (CASE WHEN t.kind || E'\\n' || t.target = ANY (ARRAY(SELECT kind || E'\\n' || "
+            f"target FROM live WHERE n >= {cap.format('')})) OR t.kind = ANY (ARRAY(SELECT kind "
+            f"FROM live GROUP BY kind HAVING sum(n) >= {cap.format('')})) "
+            f"THEN NULL ELSE 1 END) IS NOT NULL "
+            f"{CLAIM_ORDER} LIMIT %s FOR UPDATE OF t SKIP LOCKED), "
+            f"ranked AS (SELECT due.*, row_number() OVER (PARTITION BY kind, target {order}) "
+            f"+ COALESCE((SELECT n FROM live WHERE live.kind = due.kind "
+            f"AND live.target = due.target), 0) AS at_target FROM due), "
+            f"fitting AS (SELECT ranked.*, row_number() OVER (PARTITION BY kind {order}) "
+            f"+ COALESCE((SELECT sum(n) FROM live WHERE live.kind = ranked.kind), 0) AS at_kind "
+            f"FROM ranked WHERE per_target IS NULL OR at_target <= per_target) "
+            f"UPDATE {table} AS t SET state = '{RUNNING}', attempts = t.attempts + 1, "
+            f"claim_token = md5(%s || t.id), claim_until = %s, updated_at = %s "
+            f"FROM (SELECT id, was, lease_end FROM fitting WHERE running IS NULL "
+            f"OR at_kind <= running {order} LIMIT %s) AS chosen WHERE t.id = chosen.id "
+            f"RETURNING {', '.join('t.' + self.connection.ops.quote_name(c) for c in self.columns)}"
+            f", chosen.was, chosen.lease_end"
         )
         # Arrays keep the statement text the same whatever the batch size.
         self.sql_complete_many = (
@@ -214,31 +248,59 @@ class PostgreSQLBackend(Backend):
     def candidate_queries(
         self, *, now: datetime, limit: int, filters: ClaimFilters
     ) -> list[tuple[str, list[Any]]]:
+        """The limited claim is one statement here; its parameters end before the
+        token salt, the lease end, the update time and the claim's own limit."""
+        kinds = sorted(filters.limits)
+        per_target = [filters.limits[kind].per_target for kind in kinds], kinds
+        running = [filters.limits[kind].running for kind in kinds], kinds
         where, params = self.filters(filters)
         at = self.dt(now)
-        return [(self.sql_candidates.replace("{filters}", where), [at, at, *params, limit])]
+        fetch = min(limit * EXTRA, limit + MAX_EXTRA_ROWS, MAX_LIMIT)
+        ordered = [at, kinds, *per_target, *running, at, at, *params, *per_target, *running, fetch]
+        return [(self.sql_limited_claim.replace("{filters}", where), ordered)]
 
     @contextlib.contextmanager
-    def limit_lock(self, kinds: list[str]) -> Iterator[bool]:
-        """One advisory lock per kind, held until the transaction ends, taken in one
-        order by every claimer so that two claims of several kinds cannot deadlock."""
-        keys = sorted(lock_key(kind) for kind in kinds)
-        with self.write_transaction(), self.cursor() as cursor:
-            cursor.execute(self.sql_limit_lock, [keys])
-            yield True
+    def pipelined(self) -> Iterator[None]:
+        """Send the statements issued inside in one round trip, where psycopg can.
+
+        A limited claim is three statements (the transaction's start, the
+        kinds' locks, the claim) whose results only matter together; pipeline
+        mode sends them at once instead of waiting for each in turn.
+        """
+        raw = self.connection.connection
+        if is_psycopg3 and Pipeline.is_supported():
+            with raw.pipeline():
+                yield
+        else:
+            yield
 
     def claim(
         self, *, now: datetime, until: datetime, limit: int, filters: ClaimFilters
     ) -> list[Claimed]:
+        tail = [_salt(), self.dt(until), self.dt(now)]
         if filters.limits:
-            return super().claim(now=now, until=until, limit=limit, filters=filters)
-        # The statement of claim_queries is the whole claim; its parameters end
-        # before the token salt, the lease end and the update time.
-        [(statement, params)] = self.claim_queries(now=now, limit=limit, filters=filters)
-        params += [_salt(), self.dt(until), self.dt(now)]
-        with self.cursor() as cursor:
-            cursor.execute(statement, params)
-            rows = cursor.fetchall()
+            # The kinds' advisory locks, held until the transaction ends, taken in
+            # one order by every claimer so that two claims of several kinds cannot
+            # deadlock; then the claim, in a statement of its own, whose snapshot
+            # sees every claim committed before the locks were granted.
+            [(statement, params)] = self.candidate_queries(now=now, limit=limit, filters=filters)
+            keys = sorted(lock_key(kind) for kind in filters.limits)
+            with (
+                self.write_transaction(),
+                self.cursor() as lock,
+                self.cursor() as cursor,
+                self.pipelined(),
+            ):
+                lock.execute(self.sql_limit_lock, [keys])
+                cursor.execute(statement, [*params, *tail, limit])
+                rows = cursor.fetchall()
+        else:
+            # The statement of claim_queries is the whole claim; its parameters end
+            # before the token salt, the lease end and the update time.
+            [(statement, params)] = self.claim_queries(now=now, limit=limit, filters=filters)
+            with self.cursor() as cursor:
+                cursor.execute(statement, [*params, *tail])
+                rows = cursor.fetchall()
         width = len(self.columns)
         intents = self.hydrate([row[:width] for row in rows])
         claimed = [
