@@ -25,6 +25,7 @@ from .conf import get_settings
 from .handlers import check_kind
 from .identity import check_id, check_text
 from .limits import applying
+from .pauses import PauseMethods
 from .retries import backoff, gives_up
 from .signals import intents_rescued, intents_transitioned
 from .validation import aware, item_row, later, new_row, now_or
@@ -66,7 +67,7 @@ class IntentQuerySet(models.QuerySet["Intent"]):
         return self.filter(state=states.State.RUNNING, claim_until__lte=now_or(now))
 
 
-class IntentManager(models.Manager.from_queryset(IntentQuerySet)):  # type: ignore[misc]
+class IntentManager(PauseMethods, models.Manager.from_queryset(IntentQuerySet)):  # type: ignore[misc]
     # -- enqueue -------------------------------------------------------------
 
     def enqueue(

@@ -86,3 +86,16 @@ class Intent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.id[:12]} ({self.state})"
+
+
+class PausedKind(models.Model):
+    """A kind no claim takes until it is resumed (``Intent.objects.pause``)."""
+
+    kind = models.CharField(primary_key=True, max_length=MAX_LENGTHS["kind"])
+    paused_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ("kind",)
+
+    def __str__(self) -> str:
+        return self.kind

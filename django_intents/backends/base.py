@@ -64,6 +64,10 @@ class Backend:
     # (``{rows}``: the VALUES groups), and the statement that finds due rows.
     sql_insert = ""
     sql_claim = ""
+    # What leaves paused kinds out of every claim and due probe, inside the
+    # claim's own statement: a subquery the database evaluates once per claim.
+    sql_not_paused = " AND kind NOT IN (SELECT kind FROM {paused})"
+    sql_pause = "INSERT INTO {paused} (kind, paused_at) VALUES (%s, %s) ON CONFLICT DO NOTHING"
 
     def __init__(self, alias: str, model: type[Intent]) -> None:
         self.alias = alias
@@ -73,6 +77,12 @@ class Backend:
         self.fields = model._meta.concrete_fields
         self.columns = tuple(str(field.column) for field in self.fields)
         self.column_list = ", ".join(q(column) for column in self.columns)
+        meta = model._meta
+        paused = q(meta.apps.get_model(meta.app_label, "PausedKind")._meta.db_table)
+        self.not_paused = self.sql_not_paused.replace("{paused}", paused)
+        self.sql_pause = self.sql_pause.replace("{paused}", paused)
+        self.sql_resume = f"DELETE FROM {paused} WHERE kind = %s"
+        self.sql_paused = f"SELECT kind FROM {paused}"
         # Every one-row transition says which kind it moved (``transition``).
         ret = self.returning_kind = " RETURNING kind" if self.returning else ""
         done = f"{CLEAR_CLAIM}, updated_at = %s"
@@ -252,10 +262,11 @@ class Backend:
             return cursor.fetchone() is not None
 
     def filters(self, filters: ClaimFilters) -> tuple[str, list[Any]]:
-        """The claim's optional conditions: a floor on ``next_at``, the kinds, the attempts."""
-        where, params = "", []
+        """The claim's conditions: not paused, and optionally a floor on ``next_at``,
+        the kinds, the attempts."""
+        where, params = self.not_paused, []
         if filters.since is not None:
-            where, params = " AND next_at >= %s", [self.dt(filters.since)]
+            where, params = where + " AND next_at >= %s", [self.dt(filters.since)]
         kinds, kind_params = self.kind_filter(filters.kinds)
         where, params = where + kinds, params + kind_params
         if filters.max_attempts is not None:
@@ -335,6 +346,23 @@ class Backend:
 
     def cancel(self, id: str, *, now: datetime) -> list[str]:  # noqa: A002
         return self.transition(self.sql_cancel, [self.dt(now), id], id)
+
+    # -- pauses ------------------------------------------------------------------
+
+    def pause(self, kind: str, *, now: datetime) -> bool:
+        with self.cursor() as cursor:
+            cursor.execute(self.sql_pause, [kind, self.dt(now)])
+            return bool(cursor.rowcount)
+
+    def resume(self, kind: str) -> bool:
+        with self.cursor() as cursor:
+            cursor.execute(self.sql_resume, [kind])
+            return bool(cursor.rowcount)
+
+    def paused(self) -> set[str]:
+        with self.cursor() as cursor:
+            cursor.execute(self.sql_paused)
+            return {kind for (kind,) in cursor.fetchall()}
 
     # -- plumbing ----------------------------------------------------------------
 

@@ -32,6 +32,7 @@ class MySQLBackend(Backend):
     vendor = "mysql"
     returning = False
     lock_running = " FOR UPDATE"
+    sql_pause = "INSERT IGNORE INTO {paused} (kind, paused_at) VALUES (%s, %s)"
 
     def __init__(self, alias: str, model: Any) -> None:
         super().__init__(alias, model)

@@ -1,0 +1,158 @@
+"""Paused kinds (SPEC §11): ``pause``, ``resume``, ``paused``, and every claim skipping them.
+
+Time is driven by ``now=``; real worker processes are in ``test_pause_process.py``.
+Every refused call checks that nothing was written.
+"""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+
+from django_intents.backends import ClaimFilters, backend_for
+from django_intents.models import Intent, PausedKind
+
+from .conftest import T0, at, enqueue, row, snapshot
+
+pytestmark = pytest.mark.django_db
+
+
+def paused_rows() -> list[tuple[str, object]]:
+    return list(PausedKind.objects.order_by("kind").values_list("kind", "paused_at"))
+
+
+def test_pause_records_the_kind_once_and_says_whether_it_changed_anything():
+    assert Intent.objects.pause("webhook", now=T0) is True
+    assert Intent.objects.pause("webhook", now=at(5)) is False
+    assert paused_rows() == [("webhook", T0)]
+    assert Intent.objects.paused() == {"webhook"}
+
+
+def test_resume_forgets_the_kind_and_says_whether_it_was_paused():
+    Intent.objects.pause("webhook", now=T0)
+    Intent.objects.pause("job", now=T0)
+    assert Intent.objects.resume("webhook") is True
+    assert Intent.objects.resume("webhook") is False
+    assert Intent.objects.paused() == {"job"}
+
+
+def test_nothing_is_paused_at_first():
+    assert Intent.objects.paused() == set()
+    assert Intent.objects.resume("webhook") is False
+
+
+@pytest.mark.parametrize(
+    ("kind", "error"),
+    [("", "kind must not be empty"), ("  ", "kind must not be blank"), (None, "kind must be"),
+     ("x" * 101, "kind is 101 characters"), ("a\x00b", "kind must not contain NUL")],
+)  # fmt: skip
+def test_pause_and_resume_refuse_a_bad_kind_and_write_nothing(kind, error):
+    Intent.objects.pause("webhook", now=T0)
+    with pytest.raises(ValueError, match=error):
+        Intent.objects.pause(kind, now=T0)
+    with pytest.raises(ValueError, match=error):
+        Intent.objects.resume(kind)
+    assert paused_rows() == [("webhook", T0)]
+
+
+def test_kinds_are_compared_exactly():
+    """On MySQL the test database's utf8mb4_bin pads: migration 0006 makes the key NO PAD."""
+    Intent.objects.pause("webhook ", now=T0)
+    [id] = enqueue(kind="webhook")
+    assert Intent.objects.claim(now=at(1)).id == id
+    assert Intent.objects.paused() == {"webhook "}
+
+
+class TestClaimsSkipPausedKinds:
+    def test_claim_skips_a_paused_kind_and_takes_the_others(self):
+        [paused] = enqueue(kind="webhook")
+        [other] = enqueue(kind="job", now=at(1))
+        Intent.objects.pause("webhook", now=at(2))
+        claimed = Intent.objects.claim(now=at(3))
+        assert claimed.id == other
+        assert Intent.objects.claim(now=at(3)) is None
+        assert (row(paused).state, row(paused).attempts) == ("pending", 0)
+
+    def test_claim_many_with_kinds_takes_nothing_of_a_paused_kind(self):
+        ids = enqueue(3, kind="webhook")
+        Intent.objects.pause("webhook", now=T0)
+        before = snapshot()
+        assert Intent.objects.claim_many(5, now=at(1), kinds=["webhook"]) == []
+        assert Intent.objects.claim_many(5, now=at(1), since=T0) == []
+        assert snapshot() == before
+        assert Intent.objects.resume("webhook") is True
+        claimed = Intent.objects.claim_many(5, now=at(2), kinds=["webhook"])
+        assert sorted(intent.id for intent in claimed) == sorted(ids)
+
+    def test_an_expired_lease_of_a_paused_kind_is_not_taken_over(self):
+        [id] = enqueue(kind="webhook")
+        token = Intent.objects.claim(now=T0, lease=5).claim_token
+        Intent.objects.pause("webhook", now=at(1))
+        assert Intent.objects.claim(now=at(10)) is None
+        assert (row(id).state, row(id).claim_token) == ("running", token)
+
+    def test_a_running_attempt_of_a_paused_kind_finishes_normally(self):
+        [id] = enqueue(kind="webhook")
+        token = Intent.objects.claim(now=T0).claim_token
+        Intent.objects.pause("webhook", now=at(1))
+        assert Intent.objects.complete(id, token, now=at(2)) is True
+        assert row(id).state == "completed"
+
+    def test_enqueue_still_records_a_paused_kind(self):
+        Intent.objects.pause("webhook", now=T0)
+        [id] = enqueue(kind="webhook")
+        assert row(id).state == "pending"
+        assert Intent.objects.claim(now=at(1)) is None
+
+    def test_has_due_leaves_paused_kinds_out(self):
+        enqueue(kind="webhook")
+        Intent.objects.pause("webhook", now=T0)
+        assert Intent.objects.has_due(now=at(1)) is False
+        assert Intent.objects.has_due(now=at(1), kinds=["webhook"]) is False
+        enqueue(kind="job")
+        assert Intent.objects.has_due(now=at(1)) is True
+        Intent.objects.resume("webhook")
+        assert Intent.objects.has_due(now=at(1), kinds=["webhook"]) is True
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_limited_claim_skips_a_paused_kind(settings):
+    from .conftest import intents
+
+    settings.INTENTS = intents(LIMITS={"webhook": {"running": 2}})
+    ids = enqueue(2, kind="webhook")
+    Intent.objects.pause("webhook", now=T0)
+    assert Intent.objects.claim_many(2, now=at(1), kinds=["webhook"]) == []
+    assert {row(id).state for id in ids} == {"pending"}
+    Intent.objects.resume("webhook")
+    assert len(Intent.objects.claim_many(2, now=at(2), kinds=["webhook"])) == 2
+
+
+class TestQueryPlan:
+    """The pause test is inside the claim's statement and keeps it on the claim index."""
+
+    @pytest.mark.parametrize("kinds", [None, ["webhook", "job"]])
+    def test_claim_with_a_paused_kind_uses_the_claimable_index(self, vendor, kinds):
+        items = [{"kind": "webhook", "event_id": str(i), "target": "t"} for i in range(300)]
+        Intent.objects.enqueue_many(items, now=T0)
+        Intent.objects.pause("job", now=T0)
+        backend = backend_for(connection, Intent)
+        filters = ClaimFilters(kinds=kinds, since=T0)
+        queries = backend.claim_queries(now=at(1), limit=10, filters=filters)
+        index = "intents_claim_mysql_idx" if vendor == "mysql" else "intents_claimable_idx"
+        with connection.cursor() as cursor:
+            if vendor == "postgresql":
+                cursor.execute("ANALYZE django_intents_intent")
+                cursor.execute("ANALYZE django_intents_pausedkind")
+            statement, params = queries[0]
+            assert "pausedkind" in statement
+            if vendor == "postgresql":  # the salt, the lease end and the update time
+                params = [*params, "x" * 32, at(30), at(1)]
+            explain = "EXPLAIN QUERY PLAN " if vendor == "sqlite" else "EXPLAIN "
+            cursor.execute(explain + statement.replace(" FOR UPDATE SKIP LOCKED", ""), params)
+            plan = " ".join(str(part) for line in cursor.fetchall() for part in line)
+        assert index in plan, plan
+        assert "TEMP B-TREE" not in plan.upper(), plan
+        if vendor == "postgresql":
+            assert "InitPlan" in plan, plan
+            assert "Sort" not in plan, plan
