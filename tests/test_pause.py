@@ -6,7 +6,11 @@ Every refused call checks that nothing was written.
 
 from __future__ import annotations
 
+from io import StringIO
+
 import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
 from django.db import connection
 
 from django_intents.backends import ClaimFilters, backend_for
@@ -156,3 +160,59 @@ class TestQueryPlan:
         if vendor == "postgresql":
             assert "InitPlan" in plan, plan
             assert "Sort" not in plan, plan
+
+
+class ElsewhereRouter:
+    """Sends the queue to an alias that does not exist: only ``--database`` reaches it."""
+
+    def db_for_write(self, model, **hints):
+        return "elsewhere"
+
+    db_for_read = db_for_write
+
+
+def run(command: str, *args: str) -> tuple[str, str]:
+    out, err = StringIO(), StringIO()
+    call_command(command, *args, stdout=out, stderr=err)
+    return out.getvalue(), err.getvalue()
+
+
+class TestCommands:
+    def test_intents_pause_says_per_kind_what_it_did(self):
+        Intent.objects.pause("job", now=T0)
+        out, err = run("intents_pause", "webhook", "job")
+        assert out.splitlines() == ["webhook: paused", "job: already paused"]
+        assert err == ""
+        assert Intent.objects.paused() == {"webhook", "job"}
+
+    def test_intents_resume_says_per_kind_what_it_did(self):
+        Intent.objects.pause("job", now=T0)
+        out, _ = run("intents_resume", "job", "webhook")
+        assert out.splitlines() == ["job: resumed", "webhook: not paused"]
+        assert Intent.objects.paused() == set()
+
+    @pytest.mark.parametrize("command", ["intents_pause", "intents_resume"])
+    def test_a_bad_kind_fails_the_command_and_nothing_is_written(self, command):
+        Intent.objects.pause("job", now=T0)
+        with pytest.raises(CommandError, match="bad kind '  '.*nothing was changed") as caught:
+            run(command, "webhook", "  ", "job")
+        assert caught.value.returncode == 1
+        assert paused_rows() == [("job", T0)]
+
+    def test_a_kind_no_handler_runs_is_paused_with_a_warning(self):
+        out, err = run("intents_pause", "webhok")
+        assert out == "webhok: paused\n"
+        assert "no handler in this project runs 'webhok'" in err
+        assert Intent.objects.paused() == {"webhok"}
+
+    @pytest.mark.parametrize("command", ["intents_pause", "intents_resume"])
+    def test_database_names_the_alias_instead_of_the_routers_choice(self, command, settings):
+        Intent.objects.pause("webhook", now=T0)
+        settings.DATABASE_ROUTERS = [f"{__name__}.ElsewhereRouter"]
+        out, _ = run(command, "webhook", "--database", "default")
+        assert out.startswith("webhook: ")
+        with pytest.raises(CommandError, match="unknown database alias 'nowhere'"):
+            run(command, "webhook", "--database", "nowhere")
+        settings.DATABASE_ROUTERS = []
+        expected = {"webhook"} if command == "intents_pause" else set()
+        assert Intent.objects.paused() == expected
