@@ -12,13 +12,15 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from django.db import router
-from django.db.models import Count, Min, Q, QuerySet
+from django.db.models import Count, DateTimeField, Min, Q, QuerySet, Value
 from django.utils import timezone
 
 from . import states
 from .conf import get_settings
 from .limits import Limits, held_back
-from .models import Intent
+from .models import Intent, PausedKind
+
+PAUSED = "paused"  # not a state: the mark of a paused kind's row in the backlog query
 
 
 @dataclass(frozen=True)
@@ -29,6 +31,7 @@ class KindBacklog:
     due: int
     oldest_due: datetime | None  # when the longest-waiting due intent became claimable
     limited: int = 0  # due intents that INTENTS["LIMITS"] keeps from running now
+    paused: bool = False  # no claim takes the kind (``Intent.objects.pause``)
 
     @property
     def active(self) -> int:
@@ -39,11 +42,15 @@ class KindBacklog:
 class Backlog:
     now: datetime
     states: Counter[str]  # intents per state; finished states only when asked for
-    kinds: list[KindBacklog]  # kinds with active intents, by name
+    kinds: list[KindBacklog]  # kinds with active intents or paused, by name
 
     @property
     def due(self) -> int:
         return sum(kind.due for kind in self.kinds)
+
+    @property
+    def paused(self) -> set[str]:
+        return {kind.kind for kind in self.kinds if kind.paused}
 
     @property
     def oldest_due(self) -> datetime | None:
@@ -57,20 +64,39 @@ def read_backlog(
     """Read the backlog at ``now``; ``finished`` also counts completed and cancelled intents.
 
     Without ``finished`` only active rows are read, which the claim index can
-    serve however many finished intents the table keeps.
+    serve however many finished intents the table keeps. Paused kinds are
+    listed even with nothing waiting, so that they are seen and resumed.
     """
     now = timezone.now() if now is None else now
     due = states.due(now)
-    rows = Intent.objects.using(using or router.db_for_read(Intent)).order_by()
+    using = using or router.db_for_read(Intent)
+    rows = Intent.objects.using(using).order_by()
     if not finished:
         rows = rows.filter(state__in=states.ACTIVE)
     grouped = rows.values_list("kind", "state").annotate(
         n=Count("pk"), due=Count("pk", filter=due), since=Min(states.due_since(), filter=due)
     )
+    # The paused kinds ride along in the same query, as rows of a state of their own.
+    pauses = (
+        PausedKind.objects.using(using)
+        .order_by()
+        .annotate(
+            state=Value(PAUSED),
+            n=Value(0),
+            due=Value(0),
+            since=Value(None, output_field=DateTimeField()),
+        )
+        .values_list("kind", "state", "n", "due", "since")
+    )
     by_state: Counter[str] = Counter()
     counts: dict[str, Counter[str]] = {}
     oldest: dict[str, datetime] = {}
-    for kind, state, n, due_count, since in grouped:
+    paused: set[str] = set()
+    for kind, state, n, due_count, since in grouped.union(pauses, all=True):
+        if state == PAUSED:
+            paused.add(kind)
+            counts.setdefault(kind, Counter())
+            continue
         by_state[state] += n
         if state not in states.ACTIVE:
             continue
@@ -79,7 +105,11 @@ def read_backlog(
         tally["due"] += due_count
         if since is not None and (kind not in oldest or since < oldest[kind]):
             oldest[kind] = since
-    limits = {k: v for k, v in get_settings().limits.items() if counts.get(k, {}).get("due")}
+    limits = {
+        k: v
+        for k, v in get_settings().limits.items()
+        if counts.get(k, {}).get("due") and k not in paused  # a pause holds all, not a limit
+    }
     held = _held_back(rows, limits, now) if limits else {}
     kinds = [
         KindBacklog(
@@ -89,6 +119,7 @@ def read_backlog(
             tally["due"],
             oldest.get(kind),
             held.get(kind, 0),
+            kind in paused,
         )
         for kind, tally in sorted(counts.items())
     ]

@@ -6,10 +6,8 @@ django-prometheus's ``/metrics`` view exports them from the web process and
 signals; the receivers below turn them into samples, so no hot path does any
 bookkeeping of its own.
 
-The two gauges describe the table, not the process: they are read when scraped,
-by the one grouped query of ``backlog.read_backlog``, cached for
-``INTENTS["GAUGE_CACHE"]`` seconds, so enqueue, claim and complete never pay for
-a ``COUNT``.
+The gauges describe the table, not the process: they are read when scraped
+(``gauges.py``), so enqueue, claim and complete never pay for a ``COUNT``.
 
 The ``kind`` label is bounded: kinds outside ``INTENTS["METRIC_KINDS"]`` are
 reported as ``other``, so a typo or a per-tenant kind cannot explode the number
@@ -23,18 +21,15 @@ import logging
 import os
 import socket
 import threading
-import time
 from collections import Counter as Tally
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from socketserver import ThreadingMixIn
 from typing import Any, TypeVar, cast
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from django.core.exceptions import ImproperlyConfigured
-from django.core.signals import setting_changed
-from django.db import DatabaseError, connections
+from django.db import connections
 from django.http import HttpRequest, HttpResponse
-from django.utils import timezone
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     REGISTRY,
@@ -45,31 +40,18 @@ from prometheus_client import (
     make_wsgi_app,
     multiprocess,
 )
-from prometheus_client.core import GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
 
-from .backlog import KindBacklog, read_backlog
 from .conf import get_settings
+from .gauges import OTHER, QUEUE
 from .signals import Outcome, attempt_finished, intents_rescued, intents_transitioned
 from .states import State
 
 logger = logging.getLogger(__name__)
 
-OTHER = "other"
 # The values of the ``to`` and ``outcome`` labels, as plain strings.
 STATES = tuple(State.values)
 OUTCOMES = tuple(outcome.value for outcome in Outcome)
 DEFAULT_ADDR = "127.0.0.1"
-
-PENDING = "django_intents_pending"
-OLDEST_DUE_AGE = "django_intents_oldest_due_age_seconds"
-PENDING_HELP = "Intents in state pending (due or scheduled), per kind; read from the database."
-LIMITED = "django_intents_limited"
-LIMITED_HELP = "Due intents that INTENTS['LIMITS'] keeps from running now, per kind."
-OLDEST_DUE_AGE_HELP = (
-    "Seconds the oldest due intent has waited to be claimed (since next_at, or since its "
-    "lease expired), per kind; 0 when nothing is due."
-)
 
 # Handlers range from a few milliseconds (a push) to the whole lease (a slow webhook).
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
@@ -184,94 +166,6 @@ def precreate(kinds: Iterable[str]) -> None:
             HANDLER_DURATION.labels(kind=kind, outcome=outcome)
         RESCUED.labels(kind=kind)
         RESCUE_DELAY.labels(kind=kind)
-
-
-# -- scrape-time gauges ----------------------------------------------------------
-
-
-class QueueCollector(Collector):
-    """Exports ``django_intents_pending`` and ``django_intents_oldest_due_age_seconds``.
-
-    The database rows are cached for ``GAUGE_CACHE`` seconds: a scrape inside
-    that window runs no query. Ages are computed from the cached times at each
-    scrape, so a stuck queue's age keeps rising between refreshes.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._rows: list[KindBacklog] = []
-        self._read_at: float | None = None
-
-    def invalidate(self) -> None:
-        """Forget the cached rows, so the next scrape reads the database."""
-        with self._lock:
-            self._read_at = None
-
-    def describe(self) -> Iterator[Metric]:
-        # With describe(), registering does not call collect(): no query at import.
-        yield from self._families()
-
-    def _families(self) -> list[GaugeMetricFamily]:
-        gauges = ((PENDING, PENDING_HELP), (OLDEST_DUE_AGE, OLDEST_DUE_AGE_HELP))
-        gauges += ((LIMITED, LIMITED_HELP),)
-        return [GaugeMetricFamily(name, text, labels=["kind"]) for name, text in gauges]
-
-    def collect(self) -> Iterator[Metric]:
-        families = pending, oldest, limited = self._families()
-        try:
-            rows = self._cached_rows()
-        except DatabaseError:
-            # One failing gauge must not take the counters down with it: the
-            # scrape still answers, and the gauges are absent until the next one.
-            logger.warning("django-intents: could not read the queue for metrics", exc_info=True)
-            yield from families
-            return
-        kinds = get_settings().metric_kinds
-        counts = dict.fromkeys((*kinds, OTHER), 0)
-        held = dict.fromkeys((*kinds, OTHER), 0)
-        ages = dict.fromkeys((*kinds, OTHER), 0.0)
-        now = timezone.now()
-        for row in rows:
-            label = row.kind if row.kind in kinds else OTHER
-            counts[label] += row.pending
-            held[label] += row.limited
-            if row.oldest_due is not None:
-                ages[label] = max(ages[label], (now - row.oldest_due).total_seconds())
-        for label in counts:
-            pending.add_metric([label], counts[label])
-            oldest.add_metric([label], ages[label])
-            limited.add_metric([label], held[label])
-        yield from families
-
-    def _cached_rows(self) -> list[KindBacklog]:
-        # Concurrent scrapes wait for the one that is reading instead of all querying.
-        with self._lock:
-            ttl = get_settings().gauge_cache
-            fresh = self._read_at is not None and time.monotonic() - self._read_at < ttl
-            if not fresh:
-                self._rows = read_backlog().kinds
-                self._read_at = time.monotonic()
-            return self._rows
-
-
-def _queue_collector() -> QueueCollector:
-    existing = REGISTRY._names_to_collectors.get(PENDING)  # see _define
-    if existing is not None:
-        return cast(QueueCollector, existing)
-    collector = QueueCollector()
-    REGISTRY.register(collector)
-    return collector
-
-
-QUEUE = _queue_collector()
-
-
-def _forget_cached_queue(*, setting: str, **kwargs: Any) -> None:
-    if setting == "INTENTS":
-        QUEUE.invalidate()
-
-
-setting_changed.connect(_forget_cached_queue, dispatch_uid="django_intents.metrics.settings")
 
 
 # -- exposition --------------------------------------------------------------------

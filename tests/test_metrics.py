@@ -29,7 +29,7 @@ from django_prometheus.testutils import assert_metric_diff, get_metric, save_reg
 from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
-from django_intents import metrics
+from django_intents import gauges, metrics
 from django_intents.kinds import TASK_KIND
 from django_intents.models import Intent
 from django_intents.signals import attempt_finished
@@ -42,6 +42,7 @@ CONFIGURED = ("delivery", "push", "replication", "webhook", "job", TASK_KIND)
 LABELS = {
     "django_intents_pending": {"kind"},
     "django_intents_oldest_due_age_seconds": {"kind"},
+    "django_intents_paused": {"kind"},
     "django_intents_handler_duration_seconds": {"kind", "outcome"},
     "django_intents_transitions_total": {"kind", "to"},
     "django_intents_rescued_total": {"kind"},
@@ -50,6 +51,7 @@ LABELS = {
 TYPES = {
     "django_intents_pending": "gauge",
     "django_intents_oldest_due_age_seconds": "gauge",
+    "django_intents_paused": "gauge",
     "django_intents_handler_duration_seconds": "histogram",
     "django_intents_transitions_total": "counter",
     "django_intents_rescued_total": "counter",
@@ -477,7 +479,7 @@ def test_a_failing_gauge_query_still_serves_the_counters(client, monkeypatch, ca
     def broken(now=None):
         raise DatabaseError("connection refused")
 
-    monkeypatch.setattr(metrics, "read_backlog", broken)
+    monkeypatch.setattr(gauges, "read_backlog", broken)
     samples = scrape(client)
     assert not label_sets(samples, "django_intents_pending")
     assert label_sets(samples, "django_intents_transitions_total")

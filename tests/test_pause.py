@@ -6,17 +6,23 @@ Every refused call checks that nothing was written.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from datetime import timedelta
 from io import StringIO
 
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connection
+from django.utils import timezone
 
+from django_intents import metrics
 from django_intents.backends import ClaimFilters, backend_for
 from django_intents.models import Intent, PausedKind
 
-from .conftest import T0, at, enqueue, row, snapshot
+from .conftest import T0, at, enqueue, intents, row, snapshot
+from .test_health import health
+from .test_metrics import scrape, series
 
 pytestmark = pytest.mark.django_db
 
@@ -121,8 +127,6 @@ class TestClaimsSkipPausedKinds:
 
 @pytest.mark.django_db(transaction=True)
 def test_a_limited_claim_skips_a_paused_kind(settings):
-    from .conftest import intents
-
     settings.INTENTS = intents(LIMITS={"webhook": {"running": 2}})
     ids = enqueue(2, kind="webhook")
     Intent.objects.pause("webhook", now=T0)
@@ -216,3 +220,59 @@ class TestCommands:
         settings.DATABASE_ROUTERS = []
         expected = {"webhook"} if command == "intents_pause" else set()
         assert Intent.objects.paused() == expected
+
+
+# -- the gauge and intents_health ----------------------------------------------------------
+
+
+@pytest.fixture
+def fresh_gauges() -> Iterator[None]:
+    metrics.QUEUE.invalidate()
+    yield
+    metrics.QUEUE.invalidate()
+
+
+def test_paused_gauge_is_1_for_a_paused_kind_and_0_for_the_others(client, settings, fresh_gauges):
+    settings.INTENTS = intents(METRIC_KINDS=["webhook", "job"])
+    Intent.objects.pause("webhook", now=T0)
+    Intent.objects.pause("made-up", now=T0)
+    enqueue(2, kind="webhook")
+    samples = scrape(client)
+    assert samples[series("django_intents_paused", kind="webhook")] == 1
+    assert samples[series("django_intents_paused", kind="job")] == 0
+    assert samples[series("django_intents_paused", kind="other")] == 1  # made-up
+    assert samples[series("django_intents_pending", kind="webhook")] == 2
+    Intent.objects.resume("webhook")
+    samples = scrape(client)  # cached for GAUGE_CACHE, like the other gauges
+    assert samples[series("django_intents_paused", kind="webhook")] == 1
+    metrics.QUEUE.invalidate()
+    assert scrape(client)[series("django_intents_paused", kind="webhook")] == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_health_does_not_fail_for_a_paused_kind_and_names_it(capsys):
+    long_ago = timezone.now() - timedelta(seconds=400)
+    Intent.objects.enqueue("webhook", "held", "t", next_at=long_ago, now=long_ago)
+    Intent.objects.pause("webhook")
+    code, out, _ = health(capsys=capsys)
+    assert code == 0, out
+    assert out.splitlines() == [
+        "paused: 'webhook' (1 due); not counted as stuck",
+        "ok: nothing is due (1 pending, max age 300s)",
+    ]
+    Intent.objects.resume("webhook")
+    code, _, err = health(capsys=capsys)
+    assert code == 1
+    assert "stuck: oldest due intent (kind 'webhook')" in err
+
+
+@pytest.mark.django_db(transaction=True)
+def test_health_still_fails_for_another_kind_stuck_beside_a_paused_one(capsys):
+    long_ago = timezone.now() - timedelta(seconds=400)
+    for kind in ("webhook", "job"):
+        Intent.objects.enqueue(kind, "held", "t", next_at=long_ago, now=long_ago)
+    Intent.objects.pause("webhook")
+    code, out, err = health(capsys=capsys)
+    assert code == 1
+    assert "paused: 'webhook' (1 due)" in out
+    assert "stuck: oldest due intent (kind 'job')" in err

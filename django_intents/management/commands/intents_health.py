@@ -5,6 +5,7 @@ dead pool, a pool too small for its load and a handler that blocks every
 worker alike: how long has the oldest due intent been waiting? And one that no
 pool can answer by working harder: are intents due of a kind that no handler
 in this project runs (and that ``INTENTS["EXTERNAL_KINDS"]`` does not list)?
+The due intents of a paused kind wait on purpose: they are named, not stuck.
 """
 
 from __future__ import annotations
@@ -53,7 +54,15 @@ class Command(BaseCommand):
         backlog = read_backlog(now)
         self.check_handled(backlog)
         pending = backlog.states[State.PENDING]
-        waits = {k.kind: now - k.oldest_due for k in backlog.kinds if k.oldest_due is not None}
+        paused = [k for k in backlog.kinds if k.paused]
+        if paused:
+            named = ", ".join(f"{k.kind!r} ({k.due} due)" for k in paused)
+            self.stdout.write(f"paused: {named}; not counted as stuck")
+        waits = {
+            k.kind: now - k.oldest_due
+            for k in backlog.kinds
+            if k.oldest_due is not None and not k.paused
+        }
         if not waits:
             self.stdout.write(f"ok: nothing is due ({pending} pending, max age {max_age:g}s)")
             return
