@@ -1,11 +1,12 @@
-"""The admin for intents: look, retry now, cancel; never edit by hand.
+"""The admin for intents: look, retry now, cancel, pause a kind; never edit by hand.
 
 Intents are created by code and move only through the manager's guarded
 transitions, so every field is read-only and the administrative transitions
 (``retry_now`` and ``cancel``, which fence a running claimant; the table is in
 ``admin_actions.py``) are offered as actions on the list and as buttons on one
 intent's page. Saving the change form would write a stale copy of the row over
-whatever a worker did in the meantime, so there is no form to save.
+whatever a worker did in the meantime, so there is no form to save. Kinds
+are paused and resumed from the summary above the list (``admin_pauses.py``).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_POST
 
 from .admin_actions import TRANSITIONS, Transition, action, apply, delete_selected
+from .admin_pauses import KIND_CHANGES, kind_view
 from .admin_summary import queue_summary
 from .humanize import pre_json, relative, timestamp
 from .models import Intent
@@ -287,19 +289,30 @@ class IntentAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             # Lazy: only a page that renders the summary pays for its query.
             "intents_summary": SimpleLazyObject(queue_summary),
         }
+        if self.has_change_permission(request):  # the summary's pause and resume buttons
+            context["intents_kind_urls"] = {c.name: self._url(c.name) for c in KIND_CHANGES}
         return super().changelist_view(request, context)
 
     # -- buttons on the change page ------------------------------------------------------
 
     def get_urls(self) -> list[URLPattern]:
-        return [
+        buttons = [
             path(
                 f"<path:object_id>/{transition.path}",
                 self.admin_site.admin_view(require_POST(partial(self.transition_view, transition))),
                 name=self._url_name(transition.name),
             )
             for transition in TRANSITIONS
-        ] + super().get_urls()
+        ]
+        kinds = [
+            path(
+                f"kinds/{change.name}/",
+                self.admin_site.admin_view(require_POST(partial(kind_view, self, change))),
+                name=self._url_name(change.name),
+            )
+            for change in KIND_CHANGES
+        ]
+        return buttons + kinds + super().get_urls()
 
     def transition_view(
         self, transition: Transition, request: HttpRequest, object_id: str

@@ -1,4 +1,5 @@
-"""The summary above the intents list: states, and per kind what waits and what a limit holds.
+"""The summary above the intents list: states, and per kind what waits, what a limit holds
+and whether the kind is paused.
 
 One read of the backlog (``backlog.read_backlog``) shaped for the template
 ``admin/django_intents/intent/summary.html``.
@@ -34,6 +35,7 @@ class KindSummary:
     oldest_due_age: timedelta | None
     limited: int = 0  # due, but held back by its LIMITS entry
     limit: str = ""  # that entry, as a person reads it
+    paused: bool = False  # no claim takes the kind
 
     @property
     def waiting(self) -> str:
@@ -65,7 +67,9 @@ def queue_summary(now: datetime | None = None) -> QueueSummary:
             StateCount(value, str(label), backlog.states[value]) for value, label in State.choices
         ],
         kinds=[
-            KindSummary(k.kind, k.active, k.due, age(k.oldest_due), k.limited, _limit(k.kind))
+            KindSummary(
+                k.kind, k.active, k.due, age(k.oldest_due), k.limited, _limit(k.kind), k.paused
+            )
             for k in backlog.kinds
         ],
         due=backlog.due,

@@ -6,14 +6,20 @@ Every refused call checks that nothing was written.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from datetime import timedelta
 from io import StringIO
 
 import pytest
+from django.contrib.admin.models import CHANGE, LogEntry
+from django.contrib.messages import get_messages
+from django.contrib.messages.constants import ERROR, SUCCESS, WARNING
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connection
+from django.test import Client
+from django.urls import reverse
 from django.utils import timezone
 
 from django_intents import metrics
@@ -21,6 +27,7 @@ from django_intents.backends import ClaimFilters, backend_for
 from django_intents.models import Intent, PausedKind
 
 from .conftest import T0, at, enqueue, intents, row, snapshot
+from .test_admin import CHANGELIST, staff
 from .test_health import health
 from .test_metrics import scrape, series
 
@@ -276,3 +283,93 @@ def test_health_still_fails_for_another_kind_stuck_beside_a_paused_one(capsys):
     assert code == 1
     assert "paused: 'webhook' (1 due)" in out
     assert "stuck: oldest due intent (kind 'job')" in err
+
+
+# -- the admin ------------------------------------------------------------------------------
+
+PAUSE_URL = reverse("admin:django_intents_intent_pause")
+RESUME_URL = reverse("admin:django_intents_intent_resume")
+
+
+def kind_row(html: str, kind: str) -> str:
+    found = re.search(rf'<tr data-kind="{re.escape(kind)}">(.*?)</tr>', html, re.S)
+    assert found, html
+    return found.group(1)
+
+
+def flashed(response) -> list[tuple[int, str]]:
+    return [(m.level, m.message) for m in get_messages(response.wsgi_request)]
+
+
+class TestAdmin:
+    @pytest.fixture
+    def viewer(self, client, django_user_model):
+        client.force_login(staff(django_user_model, "view_intent"))
+        return client
+
+    def test_summary_shows_paused_kinds_with_a_resume_button_and_others_a_pause_button(
+        self, admin_client
+    ):
+        enqueue(kind="webhook")
+        enqueue(kind="job")
+        Intent.objects.pause("job", now=T0)
+        Intent.objects.pause("push", now=T0)  # nothing waiting: listed all the same
+        html = admin_client.get(CHANGELIST).content.decode()
+        job, webhook, push = (kind_row(html, kind) for kind in ("job", "webhook", "push"))
+        assert 'data-paused="1"' in job and 'data-paused="1"' in push
+        assert f'action="{RESUME_URL}"' in job and 'name="csrfmiddlewaretoken"' in job
+        assert 'data-paused="0"' in webhook and f'action="{PAUSE_URL}"' in webhook
+
+    def test_pause_button_pauses_the_kind_logs_and_says_so(self, admin_client, admin_user):
+        response = admin_client.post(PAUSE_URL, {"kind": "webhook"})
+        assert response.status_code == 302 and response.url == CHANGELIST
+        assert Intent.objects.paused() == {"webhook"}
+        assert flashed(response) == [
+            (SUCCESS, "Paused kind “webhook”: pools stop claiming it at their next claim.")
+        ]
+        [entry] = LogEntry.objects.filter(user=admin_user, action_flag=CHANGE)
+        assert (entry.object_id, entry.change_message) == ("webhook", "Paused.")
+        assert entry.content_type.model_class() is PausedKind
+
+    def test_resume_button_resumes_the_kind(self, admin_client):
+        Intent.objects.pause("webhook", now=T0)
+        response = admin_client.post(RESUME_URL, {"kind": "webhook"})
+        assert Intent.objects.paused() == set()
+        assert flashed(response)[0][0] == SUCCESS
+        assert LogEntry.objects.get().change_message == "Resumed."
+
+    def test_a_button_that_changes_nothing_warns_and_logs_nothing(self, admin_client):
+        Intent.objects.pause("webhook", now=T0)
+        response = admin_client.post(PAUSE_URL, {"kind": "webhook"})
+        assert flashed(response) == [(WARNING, "Kind “webhook” was already paused.")]
+        assert paused_rows() == [("webhook", T0)]
+        assert not LogEntry.objects.exists()
+
+    @pytest.mark.parametrize("data", [{}, {"kind": " "}, {"kind": "x" * 101}])
+    def test_a_bad_kind_is_an_error_message_and_nothing_is_written(self, admin_client, data):
+        response = admin_client.post(PAUSE_URL, data)
+        assert response.status_code == 302
+        [(level, message)] = flashed(response)
+        assert level == ERROR and message.startswith("kind ")
+        assert paused_rows() == []
+        assert not LogEntry.objects.exists()
+
+    def test_the_buttons_take_only_a_post(self, admin_client):
+        assert admin_client.get(PAUSE_URL + "?kind=webhook").status_code == 405
+        assert paused_rows() == []
+
+    def test_the_buttons_require_the_csrf_token(self, admin_user):
+        client = Client(enforce_csrf_checks=True)
+        client.force_login(admin_user)
+        assert client.post(PAUSE_URL, {"kind": "webhook"}).status_code == 403
+        assert paused_rows() == []
+
+    @pytest.mark.parametrize("url", [PAUSE_URL, RESUME_URL])
+    def test_view_only_staff_see_no_buttons_and_cannot_forge_one(self, viewer, url):
+        Intent.objects.pause("job", now=T0)
+        html = viewer.get(CHANGELIST).content.decode()
+        assert 'data-paused="1"' in kind_row(html, "job")
+        assert "intents-kind-form" not in html
+        assert viewer.post(url, {"kind": "job"}).status_code == 403
+        assert viewer.post(url, {"kind": "webhook"}).status_code == 403
+        assert paused_rows() == [("job", T0)]
