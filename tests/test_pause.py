@@ -26,7 +26,7 @@ from django_intents import metrics
 from django_intents.backends import ClaimFilters, backend_for
 from django_intents.models import Intent, PausedKind
 
-from .conftest import T0, at, enqueue, intents, row, snapshot
+from .conftest import T0, at, enqueue, external_kinds, intents, row, snapshot
 from .test_admin import CHANGELIST, staff
 from .test_health import health
 from .test_metrics import scrape, series
@@ -373,3 +373,14 @@ class TestAdmin:
         assert viewer.post(url, {"kind": "job"}).status_code == 403
         assert viewer.post(url, {"kind": "webhook"}).status_code == 403
         assert paused_rows() == [("job", T0)]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_health_still_fails_for_a_paused_kind_that_no_handler_runs(capsys):
+    with external_kinds("made.up"):
+        Intent.objects.enqueue("made.up", "e", "t")
+    Intent.objects.pause("made.up")
+    code, out, err = health(capsys=capsys)
+    assert code == 1
+    assert "paused: 'made.up' (1 due)" in out
+    assert "unhandled: intents are due of kind(s) that no handler in this project runs" in err

@@ -52,12 +52,12 @@ class Command(BaseCommand):
         require_table()
         now = timezone.now()
         backlog = read_backlog(now)
-        self.check_handled(backlog)
-        pending = backlog.states[State.PENDING]
         paused = [k for k in backlog.kinds if k.paused]
         if paused:
             named = ", ".join(f"{k.kind!r} ({k.due} due)" for k in paused)
             self.stdout.write(f"paused: {named}; not counted as stuck")
+        self.check_handled(backlog)
+        pending = backlog.states[State.PENDING]
         waits = {
             k.kind: now - k.oldest_due
             for k in backlog.kinds
