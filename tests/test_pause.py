@@ -19,6 +19,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
@@ -411,3 +412,17 @@ def test_health_still_fails_for_a_paused_kind_that_no_handler_runs(capsys):
     assert code == 1
     assert "paused: 'made.up' (1 due)" in out
     assert "unhandled: intents are due of kind(s) that no handler in this project runs" in err
+
+
+def test_a_pause_costs_a_claim_no_query_of_its_own():
+    enqueue(3, kind="webhook")
+
+    def claim_queries() -> int:
+        with CaptureQueriesContext(connection) as captured:
+            Intent.objects.claim(now=at(1), kinds=["webhook"])
+            Intent.objects.has_due(now=at(1))
+        return len(captured)
+
+    unpaused = claim_queries()
+    Intent.objects.pause("job", now=T0)
+    assert claim_queries() == unpaused

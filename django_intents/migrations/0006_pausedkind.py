@@ -7,10 +7,12 @@ are at most 400 bytes in utf8mb4, well within InnoDB's index key limit (767
 bytes even in the old COMPACT row format), so the key needs no prefix.
 """
 
+from django.apps.registry import Apps
 from django.db import migrations, models
+from django.db.backends.base.schema import BaseDatabaseSchemaEditor
 
 
-def binary_key(apps, schema_editor):
+def binary_key(apps: Apps, schema_editor: BaseDatabaseSchemaEditor) -> None:
     connection = schema_editor.connection
     if connection.vendor != "mysql":
         return
