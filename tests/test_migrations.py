@@ -1,4 +1,4 @@
-"""The migrations apply and reverse on every database; 0003 to 0005 do exactly what they say."""
+"""The migrations apply and reverse on every database; 0003 to 0006 do exactly what they say."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 from django.core.management import call_command
 from django.db import connection
 
-from django_intents.models import Intent
+from django_intents.models import Intent, PausedKind
 
 from .conftest import T0
 
@@ -94,3 +94,24 @@ def collations() -> dict[str, str]:
             [Intent._meta.db_table],
         )
         return {name.lower(): collation for name, collation in cursor.fetchall()}
+
+
+def test_reversing_0006_drops_the_paused_kinds_and_reapplying_makes_an_exact_key(vendor):
+    """Migration 0006: ``PausedKind``, keyed byte for byte on MySQL as ``kind`` is (0004)."""
+    table = PausedKind._meta.db_table
+    call_command("migrate", "django_intents", "0005", verbosity=0)
+    try:
+        reversed_to = connection.introspection.table_names()
+    finally:
+        call_command("migrate", "django_intents", verbosity=0)
+    assert table not in reversed_to
+    assert table in connection.introspection.table_names()
+    if vendor == "mysql":
+        expected = "utf8mb4_nopad_bin" if connection.mysql_is_mariadb else "utf8mb4_0900_bin"
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT collation_name FROM information_schema.columns "
+                "WHERE table_schema = DATABASE() AND table_name = %s AND column_name = 'kind'",
+                [table],
+            )
+            assert cursor.fetchone()[0] == expected

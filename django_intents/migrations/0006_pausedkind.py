@@ -7,13 +7,15 @@ are at most 400 bytes in utf8mb4, well within InnoDB's index key limit (767
 bytes even in the old COMPACT row format), so the key needs no prefix.
 """
 
+from typing import Any
+
 from django.apps.registry import Apps
 from django.db import migrations, models
 from django.db.backends.base.schema import BaseDatabaseSchemaEditor
 
 
 def binary_key(apps: Apps, schema_editor: BaseDatabaseSchemaEditor) -> None:
-    connection = schema_editor.connection
+    connection: Any = schema_editor.connection  # MySQL's, when it matters
     if connection.vendor != "mysql":
         return
     collation = "utf8mb4_nopad_bin" if connection.mysql_is_mariadb else "utf8mb4_0900_bin"
