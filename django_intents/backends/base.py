@@ -65,7 +65,9 @@ class Backend:
     sql_insert = ""
     sql_claim = ""
     # What leaves paused kinds out of every claim and due probe, inside the
-    # claim's own statement: a subquery the database evaluates once per claim.
+    # claim's own statement: no query of its own, and the claim keeps its index
+    # (the subquery of the small paused table is materialised once, or, on
+    # MariaDB's expired-lease branch, a primary key lookup per row it reads).
     sql_not_paused = " AND kind NOT IN (SELECT kind FROM {paused})"
     sql_pause = "INSERT INTO {paused} (kind, paused_at) VALUES (%s, %s) ON CONFLICT DO NOTHING"
 

@@ -32,6 +32,7 @@ class MySQLBackend(Backend):
     vendor = "mysql"
     returning = False
     lock_running = " FOR UPDATE"
+    # As for sql_insert: the kind was validated, so IGNORE only skips the known key.
     sql_pause = "INSERT IGNORE INTO {paused} (kind, paused_at) VALUES (%s, %s)"
 
     def __init__(self, alias: str, model: Any) -> None:

@@ -54,8 +54,9 @@ class PostgreSQLBackend(Backend):
     # The paused kinds as an array computed once per statement (an InitPlan).
     # Spelled as a CASE the planner cannot see into, the test is taken to keep
     # almost every row, so the claim still walks the claim index in order and
-    # stops at LIMIT; as "kind <> ALL (...)" or "NOT IN" it looked selective
-    # and the planner sorted every due row (see sql_limited_claim).
+    # stops at LIMIT; as "kind <> ALL (...)" it was estimated to keep one row
+    # and the planner sorted every due row (as in sql_limited_claim; the plan
+    # is checked by tests/test_pause.py).
     sql_not_paused = (
         " AND (CASE WHEN kind = ANY (ARRAY(SELECT kind FROM {paused})) THEN NULL ELSE 1 END)"
         " IS NOT NULL"
