@@ -8,6 +8,7 @@ system runs with persistent connections (``CONN_MAX_AGE = None``), the
 setting each one documents for throughput.
 """
 
+import json
 import os
 from pathlib import Path
 
@@ -38,6 +39,8 @@ if SYSTEM == "intents":
     INTENTS: dict[str, object] = {}
     if os.environ.get("BENCH_MAX_ATTEMPTS"):  # the io workload's failing variants
         INTENTS["MAX_ATTEMPTS"] = int(os.environ["BENCH_MAX_ATTEMPTS"])
+    if os.environ.get("BENCH_LIMITS"):  # the relay workload's per_target scenario
+        INTENTS["LIMITS"] = json.loads(os.environ["BENCH_LIMITS"])
 elif SYSTEM == "tasks_db":
     INSTALLED_APPS.append("django_tasks_db")
     TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}
