@@ -79,6 +79,7 @@ FULL = {
     "io_timeout": 120,
     "relay": 20000,
     "relay_in_flight": 64,
+    "relay_procrastinate": 5000,
     "relay_timeout": 240,
 }
 QUICK = {
@@ -99,6 +100,7 @@ QUICK = {
     "io_tasks_db_processes": 4,
     "io_timeout": 60,
     "relay": 400,
+    "relay_procrastinate": 400,
     "relay_timeout": 60,
 }
 WORKLOADS = ["enqueue", "drain", "latency", "large", "crash", "io", "relay"]
