@@ -99,18 +99,19 @@ class Intents(RelaySystem):
         return {"BENCH_LIMITS": json.dumps({KIND: {"per_target": per_target}})}
 
     def lost(self, target: str) -> int:
-        from django.db.models import F
+        from django.db.models import F, Q
 
         from django_intents.models import Intent
 
         # Every counted attempt (attempts - snoozes) but the one that
         # delivered was lost: this partner fails nothing but with 429s.
-        # Intents still running when the worker stopped are left out.
+        # Read while the worker still runs: a stop releases its unstarted
+        # claims with their attempt counted, which no 429 caused.
         done = Intent.objects.filter(kind=KIND, target=target).exclude(state="running")
-        return (
-            done.filter(state="completed", attempts__gt=F("snoozes") + 1).count()
-            + done.exclude(state="completed").filter(attempts__gt=F("snoozes")).count()
-        )
+        return done.filter(
+            Q(state="completed", attempts__gt=F("snoozes") + 1)
+            | (~Q(state="completed") & Q(attempts__gt=F("snoozes")))
+        ).count()
 
 
 class Procrastinate(RelaySystem):
@@ -230,6 +231,10 @@ def run_scenario(
             time.sleep(0.2)
         if delivered < expected:
             row["timed_out"] = sizes["relay_timeout"]
+        if outage:
+            connection.ensure_connection()
+            row["limited_lost"] = relay.lost(targets[LIMITED])
+            connection.close()
         proc.terminate()
         usages, _ = _reap([proc], 30)
         row["peak_connections"] = sampler.stop()
@@ -245,6 +250,8 @@ def run_scenario(
         return {**row, "error": f"worker exit {row['exit']}: {_last_log_line(suite)}"}
     row["seconds"] = max(lasts) - stats["started"]
     row["per_s"] = delivered / row["seconds"]
+    # The most requests one healthy target had in flight: what a per-target cap leaves it.
+    row["healthy_peak"] = max(counts[t]["peak"] for t in healthy)
     latencies = [s for t in healthy for s in stats["latencies"][t]]
     row["p50_s"], row["p99_s"] = _percentile(latencies, 0.5), _percentile(latencies, 0.99)
     if outage:
@@ -254,7 +261,7 @@ def run_scenario(
         row["limited_delivered"] = limited["delivered"]
         row["limited_above_pct"] = limited["too_many"] / max(limited["requests"], 1) * 100
         connection.ensure_connection()
-        row["limited_lost"] = relay.lost(targets[LIMITED])
+        row["limited_lost_after_stop"] = relay.lost(targets[LIMITED])
     return row
 
 
