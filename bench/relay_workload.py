@@ -235,13 +235,14 @@ def run_scenario(
             time.sleep(0.2)
         if delivered < expected:
             row["timed_out"] = sizes["relay_timeout"]
+        # Sampled until the healthy targets are done: the read below is ours.
+        row["peak_connections"] = sampler.stop()
         if outage:
             connection.ensure_connection()
             row["limited_lost"] = relay.lost(targets[LIMITED])
             connection.close()
         proc.terminate()
         usages, _ = _reap([proc], 30)
-        row["peak_connections"] = sampler.stop()
         stats = _stats(url, latencies=True)
     row["server_cpu_s"] = server["cpu"]
     row["exit"] = abs(proc.returncode or 0)
