@@ -73,7 +73,8 @@ def ratios(report: dict[str, Any]) -> dict[str, Any]:
                         ours["enqueue"]["many"]["per_s"] / theirs["enqueue"]["many"]["per_s"]
                     )
             entry.update(io_report.ratios(ours, theirs))
-            ratios[f"{db}/{peer}"] = entry
+            if entry:  # a run of workloads with no ratio (relay alone) leaves none
+                ratios[f"{db}/{peer}"] = entry
         ceiling = report.get("ceiling", {}).get("tps", {})
         if db == "postgresql" and ceiling:
             for workers in (1, 4, 8):
