@@ -56,8 +56,8 @@ class RelaySystem:
     def fill(self, targets: list[str], n: int, per_target: int | None) -> None:
         raise NotImplementedError
 
-    def worker(self, in_flight: int) -> tuple[list[str], str]:
-        """The worker's command line, and its setting as the table shows it."""
+    def workers(self, in_flight: int, sizes: dict[str, Any]) -> tuple[list[list[str]], str]:
+        """The worker processes' command lines, and their setting as the table shows it."""
         raise NotImplementedError
 
     def env(self, per_target: int | None) -> dict[str, str]:
@@ -93,9 +93,9 @@ class Intents(RelaySystem):
                 ]
             )
 
-    def worker(self, in_flight: int) -> tuple[list[str], str]:
+    def workers(self, in_flight: int, sizes: dict[str, Any]) -> tuple[list[list[str]], str]:
         argv = [*MANAGE, "run_intent_workers", "--kinds", KIND, "--concurrency", str(in_flight)]
-        return [*argv, "-v", "0"], f"--concurrency {in_flight}"
+        return [[*argv, "-v", "0"]], f"--concurrency {in_flight}"
 
     def env(self, per_target: int | None) -> dict[str, str]:
         if per_target is None:
@@ -139,10 +139,10 @@ class Procrastinate(RelaySystem):
             ]
             app.job_manager.batch_defer_jobs(batch)
 
-    def worker(self, in_flight: int) -> tuple[list[str], str]:
+    def workers(self, in_flight: int, sizes: dict[str, Any]) -> tuple[list[list[str]], str]:
         # Retries come due without a notification: poll as often as we do.
         argv = [*MANAGE, "procrastinate", "worker", "--concurrency", str(in_flight), "--wait"]
-        return [*argv, "--fetch-job-polling-interval", POLL], f"--concurrency {in_flight}"
+        return [[*argv, "--fetch-job-polling-interval", POLL]], f"--concurrency {in_flight}"
 
     def lost(self, target: str) -> int:
         from django.db import connection
@@ -158,9 +158,44 @@ class Procrastinate(RelaySystem):
             return int(cursor.fetchone()[0])
 
 
+class TasksDB(RelaySystem):
+    """``db_worker`` processes, one job each at a time; no limit, so the outage only.
+
+    Django's task framework has no retry: a 429 enqueues the delivery again
+    with ``run_after`` (``benchapp/djtasks.py``), and a failure is final.
+    """
+
+    scenarios = ("outage",)
+
+    def fill(self, targets: list[str], n: int, per_target: int | None) -> None:
+        from django.db import transaction
+
+        from .benchapp import djtasks
+
+        jobs = list(_jobs(targets, n))
+        for start in range(0, n, 500):
+            at = time.time()
+            with transaction.atomic():
+                for _, target, key in jobs[start : start + 500]:
+                    djtasks.relay.enqueue(target=target, key=key, at=at)
+
+    def workers(self, in_flight: int, sizes: dict[str, Any]) -> tuple[list[list[str]], str]:
+        count = sizes["relay_tasks_db_processes"]
+        argv = [*MANAGE, "db_worker", "--interval", POLL, "--no-startup-delay", "--no-reload"]
+        return [[*argv, "-v", "0"]] * count, f"{count} × db_worker"
+
+    def lost(self, target: str) -> int:
+        from django_tasks_db.models import DBTaskResult
+
+        return DBTaskResult.objects.filter(
+            status="FAILED", args_kwargs__kwargs__target=target
+        ).count()
+
+
 RELAY_SYSTEMS: dict[str, type[RelaySystem]] = {
     "intents": Intents,
     "procrastinate": Procrastinate,
+    "tasks_db": TasksDB,
 }
 
 
@@ -209,8 +244,9 @@ def run_scenario(
     outage = scenario.startswith("outage")
     per_target = int(scenario.rpartition(" ")[2]) if "per_target" in scenario else None
     suite.reset()
-    argv, setting = relay.worker(in_flight)
+    argvs, setting = relay.workers(in_flight, sizes)
     row: dict[str, Any] = {"scenario": scenario, "setting": setting, "n": n}
+    row["processes"] = len(argvs)
     env = {**suite.env, "BENCH_RELAY_POOL": str(in_flight), **relay.env(per_target)}
     with partner(suite, outage) as (url, server):
         targets = [f"{url}/t/{t}" for t in range(20)]
@@ -222,12 +258,15 @@ def run_scenario(
         sampler = ConnectionSampler(suite.vendor, connection.settings_dict["NAME"])
         sampler.start()
         with suite.log.open("ab") as log:
-            proc = subprocess.Popen(
-                argv, cwd=suite.work, env=env, stdout=log, stderr=subprocess.STDOUT
-            )
+            procs = [
+                subprocess.Popen(
+                    argv, cwd=suite.work, env=env, stdout=log, stderr=subprocess.STDOUT
+                )
+                for argv in argvs
+            ]
         deadline = time.monotonic() + sizes["relay_timeout"]
         delivered = 0
-        while proc.poll() is None and time.monotonic() < deadline:
+        while all(p.poll() is None for p in procs) and time.monotonic() < deadline:
             counts = _stats(url)["targets"]
             delivered = sum(counts[t]["delivered"] for t in healthy)
             if delivered >= expected:
@@ -241,11 +280,12 @@ def run_scenario(
             connection.ensure_connection()
             row["limited_lost"] = relay.lost(targets[LIMITED])
             connection.close()
-        proc.terminate()
-        usages, _ = _reap([proc], 30)
+        for proc in procs:
+            proc.terminate()
+        usages, _ = _reap(procs, 30)
         stats = _stats(url, latencies=True)
     row["server_cpu_s"] = server["cpu"]
-    row["exit"] = abs(proc.returncode or 0)
+    row["exit"] = max(abs(p.returncode or 0) for p in procs)
     row["cpu_s"] = sum(u.ru_utime + u.ru_stime for u in usages)
     counts = stats["targets"]
     row["healthy_delivered"] = delivered = sum(counts[t]["delivered"] for t in healthy)

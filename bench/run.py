@@ -80,6 +80,8 @@ FULL = {
     "relay": 20000,
     "relay_in_flight": 64,
     "relay_procrastinate": 5000,
+    "relay_tasks_db": 2000,
+    "relay_tasks_db_processes": 16,
     "relay_timeout": 240,
 }
 QUICK = {
@@ -101,6 +103,8 @@ QUICK = {
     "io_timeout": 60,
     "relay": 400,
     "relay_procrastinate": 400,
+    "relay_tasks_db": 400,
+    "relay_tasks_db_processes": 4,
     "relay_timeout": 60,
 }
 WORKLOADS = ["enqueue", "drain", "latency", "large", "crash", "io", "relay"]

@@ -79,6 +79,36 @@ def _retry_after(value: str | None) -> float:
         return 1.0
 
 
+_pool: Any = None
+
+
+def deliver_sync(target: str, key: str, at: float) -> None:
+    """:func:`deliver` for a worker that runs one job per thread: urllib3, the same rules."""
+    global _pool
+    import urllib3
+
+    probe.noop()
+    now = time.time()
+    until = _blocked.get(target, 0.0)
+    if until > now:
+        raise Snooze(until - now, f"{target} blocked by an earlier Retry-After")
+    if _pool is None:
+        _pool = urllib3.PoolManager(
+            maxsize=POOL, block=True, retries=False, timeout=urllib3.Timeout(total=TIMEOUT)
+        )
+    try:
+        response = _pool.request("GET", target, fields={"id": key, "at": repr(at)})
+    except urllib3.exceptions.HTTPError as exc:
+        raise PartnerDown(f"{target}: {type(exc).__name__}") from None
+    if response.status == 429:
+        header = response.headers.get("Retry-After")
+        after = _retry_after(header)
+        _blocked[target] = max(_blocked.get(target, 0.0), time.time() + after)
+        raise Snooze(after, f"429 from {target}, Retry-After {header}")
+    if response.status != 200:
+        raise PartnerDown(f"{target} answered HTTP {response.status}")
+
+
 async def deliver(target: str, key: str, at: float) -> None:
     """GET ``target``; return on 200, raise :class:`Snooze` on 429, else :class:`PartnerDown`.
 
