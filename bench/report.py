@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench import io_report
+from bench import io_report, relay_report
 from bench.io_report import LABELS
 
 PEERS = ("tasks_db", "ox", "procrastinate")
@@ -73,7 +73,8 @@ def ratios(report: dict[str, Any]) -> dict[str, Any]:
                         ours["enqueue"]["many"]["per_s"] / theirs["enqueue"]["many"]["per_s"]
                     )
             entry.update(io_report.ratios(ours, theirs))
-            ratios[f"{db}/{peer}"] = entry
+            if entry:  # a run of workloads with no ratio (relay alone) leaves none
+                ratios[f"{db}/{peer}"] = entry
         ceiling = report.get("ceiling", {}).get("tps", {})
         if db == "postgresql" and ceiling:
             for workers in (1, 4, 8):
@@ -215,6 +216,10 @@ def render(report: dict[str, Any]) -> str:
     rows = io_report.rows(results)
     if rows:
         parts.append(_table(io_report.title(report), io_report.HEADER, rows))
+
+    rows = relay_report.rows(results)
+    if rows:
+        parts.append(_table(relay_report.title(report), relay_report.HEADER, rows))
 
     ceiling = report.get("ceiling", {})
     if "tps" in ceiling:

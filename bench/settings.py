@@ -2,7 +2,8 @@
 
 ``BENCH_DB`` is ``sqlite``, ``postgresql`` or ``mysql``; ``BENCH_SYSTEM`` is
 ``intents`` or one of the peers (``tasks_db``, ``ox``, ``procrastinate``).
-Each system gets its own database (``bench_<system>``), so a run never touches
+Each system gets its own database (``bench_<system>``; ``BENCH_DB_PREFIX``
+replaces ``bench``), so a run never touches
 the test databases and one system's dead rows never slow another down. Every
 system runs with persistent connections (``CONN_MAX_AGE = None``), the
 setting each one documents for throughput.
@@ -17,7 +18,8 @@ from bench.databases import database
 BENCH_DIR = Path(__file__).resolve().parent
 VENDOR = os.environ.get("BENCH_DB", "sqlite")
 SYSTEM = os.environ.get("BENCH_SYSTEM", "intents")
-NAME = f"bench_{SYSTEM}"
+# Runs from two checkouts on one server must not empty each other's tables.
+NAME = f"{os.environ.get('BENCH_DB_PREFIX', 'bench')}_{SYSTEM}"
 WORK = Path(os.environ.get("BENCH_WORK", BENCH_DIR.parent / ".tmp" / "bench"))
 WORK.mkdir(parents=True, exist_ok=True)
 
@@ -39,7 +41,7 @@ if SYSTEM == "intents":
     INTENTS: dict[str, object] = {}
     if os.environ.get("BENCH_MAX_ATTEMPTS"):  # the io workload's failing variants
         INTENTS["MAX_ATTEMPTS"] = int(os.environ["BENCH_MAX_ATTEMPTS"])
-    if os.environ.get("BENCH_LIMITS"):  # INTENTS["LIMITS"] as JSON: what limits cost
+    if os.environ.get("BENCH_LIMITS"):  # INTENTS["LIMITS"] as JSON: relay, and what limits cost
         INTENTS["LIMITS"] = json.loads(os.environ["BENCH_LIMITS"])
 elif SYSTEM == "tasks_db":
     INSTALLED_APPS.append("django_tasks_db")

@@ -354,6 +354,10 @@ def main() -> int:
         from .io_workload import io
 
         results["io"] = io(suite, sizes)
+    if "relay" in workloads and suite.vendor in sizes["relay_dbs"]:
+        from .relay_workload import relay
+
+        results["relay"] = relay(suite, sizes)
     suite.reset()
     out.write_text(json.dumps(results, indent=2))
     return 0

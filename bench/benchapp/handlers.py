@@ -2,9 +2,9 @@
 
 from typing import Any
 
-from django_intents import handler
+from django_intents import Retry, handler
 
-from . import io_calls, probe
+from . import io_calls, probe, relay_calls
 
 
 @handler("bench.noop")
@@ -43,3 +43,15 @@ async def io_asleep(intent: Any, attempt: Any) -> None:
 @handler("bench.io.ahttp")
 async def io_ahttp(intent: Any, attempt: Any) -> None:
     await io_calls.async_call("http", intent.payload["fail"])
+
+
+# -- relay workload: target = the partner's URL; payload {"at": enqueue epoch} ---
+
+
+@handler("bench.relay")
+async def relay(intent: Any, attempt: Any) -> None:
+    """Deliver; a 429 (or a target blocked by one) is a snooze, which costs no attempt."""
+    try:
+        await relay_calls.deliver(intent.target, intent.event_id, intent.payload["at"])
+    except relay_calls.Snooze as snooze:
+        raise Retry(after=snooze.after, reason=snooze.reason) from None
