@@ -185,6 +185,10 @@ class Partner(models.Model):
 
     SINGLETON = 1
 
+    # A plain key, not an auto-increment one: MariaDB refuses a CHECK on an
+    # AUTO_INCREMENT column, and the one row's key is always 1 anyway.
+    id = models.PositiveSmallIntegerField(primary_key=True, default=SINGLETON, editable=False)
+
     class Mode(models.TextChoices):
         NORMAL = "normal", "Answer normally (as each webhook URL's query says)"
         LIMITED = "limited", "Rate-limited: 429 with Retry-After above N requests per second"

@@ -14,7 +14,7 @@ class Migration(migrations.Migration):
         migrations.CreateModel(
             name='Partner',
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('id', models.PositiveSmallIntegerField(default=1, editable=False, primary_key=True, serialize=False)),
                 ('mode', models.CharField(choices=[('normal', "Answer normally (as each webhook URL's query says)"), ('limited', 'Rate-limited: 429 with Retry-After above N requests per second'), ('throttled', 'Always 429 with Retry-After'), ('hang', "Hang past the webhook handler's timeout, then answer 503")], default='normal', max_length=9)),
                 ('rate', models.PositiveIntegerField(default=2, help_text='Rate-limited: deliveries accepted per second; the others get 429.', validators=[django.core.validators.MinValueValidator(1)], verbose_name='requests per second')),
                 ('retry_after', models.PositiveIntegerField(default=10, help_text='How long a 429 asks the sender to wait.', validators=[django.core.validators.MaxValueValidator(86400)], verbose_name='Retry-After (seconds)')),
