@@ -163,19 +163,20 @@ class WorkerPool:
         listener = None
         try:
             listener = start_waker(using=self._using, kinds=self._kinds, wake=self._alarm.ring)
-            log_start(
-                using=self._using,
-                handlers=self._handlers,
-                workers=self._workers,
-                concurrency=self._concurrency,
-                lease=self._lease,
-                renew=self._renew,
-                poll=self._poll,
-                grace=self._grace,
-                drain=self._drain.describe(),
-                waker=listener,
-            )
+            # Handled before the start line: whoever waits for it may stop us at once.
             with self._shutdown.signals_handled(self._handle_signals):
+                log_start(
+                    using=self._using,
+                    handlers=self._handlers,
+                    workers=self._workers,
+                    concurrency=self._concurrency,
+                    lease=self._lease,
+                    renew=self._renew,
+                    poll=self._poll,
+                    grace=self._grace,
+                    drain=self._drain.describe(),
+                    waker=listener,
+                )
                 status = self._loop()
                 if status == 0:
                     self._release_unfinished()
