@@ -9,8 +9,10 @@ thousand index pages on every claim, where a vacuumed table needs a handful.
 
 A pool therefore remembers a floor: an instant before which no due intent of
 its kinds was seen, and claims with ``since=floor``, which starts the walk
-there. A claim or probe that finds intents raises the floor to the oldest it
-found; one that finds none raises it to ``now - SLACK``. Once every
+there. The floor is of priority 0 only; intents of other priorities have an
+index of their own, usually small, which every claim walks from its start. A
+claim or probe that finds intents raises the floor to the oldest it found;
+one that finds none raises it to ``now - SLACK``. Once every
 ``FULL_SCAN_EVERY`` seconds the pool claims without a floor, which finds what
 the floor can miss: an expired lease on an intent that became due long ago, an
 intent written with a ``next_at`` in the past, or one whose transaction
@@ -23,6 +25,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
+from typing import Any
 
 FULL_SCAN_EVERY = 1.0  # seconds between claims that walk the whole claim index
 SLACK = timedelta(seconds=2)  # how late a new intent may commit and still be claimed in order
@@ -52,6 +55,22 @@ class ClaimFloor:
     def rescan(self) -> None:
         """Make the next claim a full scan."""
         self._full_scan_at = 0.0
+
+    def claimed(
+        self, since: datetime | None, now: datetime, intents: list[Any], limit: int
+    ) -> None:
+        """Record a claim of up to ``limit`` made at ``now`` with ``since``.
+
+        The floor is of priority 0 (``backends/claims.py``, ``Branch``): the
+        claim's first intent may be of another priority and due later than
+        intents of priority 0 it never reached, when it filled up before it
+        walked them. Then it says nothing about the floor.
+        """
+        zero = [intent.next_at for intent in intents if intent.priority == 0]
+        if zero:
+            self.seen(since, now, min(zero))
+        elif len(intents) < limit:
+            self.seen(since, now, None)
 
     def seen(self, since: datetime | None, now: datetime, oldest: datetime | None) -> None:
         """Record what a claim or probe made at ``now`` with ``since`` found.

@@ -33,7 +33,7 @@ from .validation import aware, item_row, later, new_row, now_or
 if TYPE_CHECKING:
     from .models import Intent
 
-ORDER = ("next_at", "created_at", "id")
+ORDER = ("-priority", "next_at", "created_at", "id")  # claim order (claims.claim_order)
 INSERT_BATCH = 500
 
 
@@ -80,13 +80,14 @@ class IntentManager(PauseMethods, models.Manager.from_queryset(IntentQuerySet)):
         next_at: datetime | None = None,
         id: str | None = None,
         now: datetime | None = None,
+        priority: int | None = None,
     ) -> str:
         """Record an intent in the caller's transaction; a known id is left as it is.
 
         A kind that no handler runs (and that ``INTENTS["EXTERNAL_KINDS"]`` does
         not list) is refused with a ``ValueError``, like any other invalid argument.
         """
-        row = new_row(kind, event_id, target, payload, next_at, id, now_or(now))
+        row = new_row(kind, event_id, target, payload, next_at, id, now_or(now), priority=priority)
         check_kind(row["kind"])
         backend = self._backend()
         self._announce(states.State.PENDING, backend.insert([row]), backend)

@@ -19,7 +19,8 @@ from .identity import check_id, check_text, digest
 from .states import State
 
 MAX_ERROR_LENGTH = 10_000
-ITEM_KEYS = frozenset({"kind", "event_id", "target", "payload", "next_at", "id"})
+ITEM_KEYS = frozenset({"kind", "event_id", "target", "payload", "next_at", "id", "priority"})
+PRIORITY_RANGE = (-100, 100)
 
 
 def now_or(now: Any) -> datetime:
@@ -38,6 +39,22 @@ def aware(name: str, value: Any) -> datetime:
     except OverflowError:
         raise ValueError(f"{name} {value} is outside the calendar once converted to UTC") from None
     return value
+
+
+def check_priority(value: Any) -> int:
+    """An intent's priority: an ``int`` in ``PRIORITY_RANGE``; ``None`` is the default 0.
+
+    A ``bool`` is refused although it is an ``int``: ``priority=True`` is a
+    mistake, not a request for priority 1.
+    """
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"priority must be an int, not {type(value).__name__}")
+    low, high = PRIORITY_RANGE
+    if not low <= value <= high:
+        raise ValueError(f"priority must be between {low} and {high}, not {value}")
+    return int(value)
 
 
 def later(now: datetime, delta: timedelta, name: str) -> datetime:
@@ -143,6 +160,7 @@ def new_row(
     id: Any,  # noqa: A002
     now: datetime,
     label: str = "",
+    priority: Any = None,
 ) -> dict[str, Any]:
     """A new intent's row, every value checked; errors are prefixed with ``label``."""
     try:
@@ -160,6 +178,7 @@ def new_row(
             "state": State.PENDING.value,
             "attempts": 0,
             "snoozes": 0,
+            "priority": check_priority(priority),
             "next_at": now if next_at is None else aware("next_at", next_at),
             "created_at": now,
             "updated_at": now,
@@ -191,4 +210,5 @@ def item_row(index: int, item: Any, now: datetime) -> dict[str, Any]:
         item.get("id"),
         now,
         label=label,
+        priority=item.get("priority"),
     )

@@ -292,7 +292,7 @@ class WorkerPool:
             free, now=now, lease=self._lease, kinds=group.kinds, since=since
         )
         self._liveness.reached()
-        floor.seen(since, now, intents[0].next_at if intents else None)
+        floor.claimed(since, now, intents, free)
         if not intents:
             return self._drained_below(since)
         claims = [

@@ -101,3 +101,8 @@ def empty_database(transactional_db: None, tmp_path: Path) -> Iterator[str]:
     yield name
     with connection.cursor() as cursor:
         cursor.execute(f"DROP DATABASE IF EXISTS {quoted}")
+
+
+def branch_plan(plan: str, name: str) -> str:
+    """The part of a PostgreSQL claim's plan for one branch (``claims.Branch``)."""
+    return plan.split(f"CTE branch_{name}")[1].split("CTE branch_")[0]

@@ -29,7 +29,7 @@ Which modules run: ``test_tasks``, ``test_immediate_backend`` and
 backend classes and never touches ours. The tests in ``EXCLUDED`` are skipped
 with their reason: each tests a property of the Immediate or Dummy backend
 itself that IntentsBackend does not share on purpose (it stores results, so
-``get_result`` works; it supports ``run_after``; it has no priority; it runs
+``get_result`` works; it supports ``run_after``; it runs
 tasks in a worker, never in the caller nor inside the enqueuing transaction;
 its results live in the database, not in a list a test can edit), never how
 a task's outcome reads through the API.
@@ -66,11 +66,7 @@ ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / ".tmp" / "django-sdist"
 SKIPPED = 77  # the exit status automake and meson read as "skipped"
 MODULES = ["tasks.test_tasks", "tasks.test_immediate_backend", "tasks.test_dummy_backend"]
-NO_PRIORITY = "IntentsBackend has no priority (supports_priority = False), so Django refuses one"
 EXCLUDED = {
-    "tasks.test_tasks.TaskTestCase.test_using_priority": NO_PRIORITY,
-    "tasks.test_tasks.TaskTestCase.test_chained_using": NO_PRIORITY,
-    "tasks.test_tasks.TaskTestCase.test_invalid_priority": NO_PRIORITY,
     "tasks.test_immediate_backend.ImmediateBackendTestCase.test_cannot_get_result": (
         "ImmediateBackend keeps no results; IntentsBackend stores them (get_result works)"
     ),

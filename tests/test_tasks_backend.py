@@ -195,10 +195,20 @@ def test_naive_run_after_is_refused():
         tasks.add.using(run_after=datetime(2026, 1, 1))  # noqa: DTZ001
 
 
-def test_priority_is_refused_because_the_claim_does_not_order_by_it():
-    assert IntentsBackend.supports_priority is False
+def test_task_priority_is_the_intent_priority_and_the_higher_is_claimed_first():
+    assert IntentsBackend.supports_priority is True
+    low = tasks.add.using(priority=-100).enqueue(1, 2)
+    plain = tasks.add.enqueue(3, 4)
+    high = tasks.add.using(priority=100).enqueue(5, 6)
+    assert [row(r.id).priority for r in (low, plain, high)] == [-100, 0, 100]
+    claimed = [Intent.objects.claim(now=timezone.now()).id for _ in range(3)]
+    assert claimed == [high.id, plain.id, low.id]
+
+
+def test_task_priority_out_of_range_is_refused_by_django_and_nothing_is_written():
     with pytest.raises(InvalidTask, match="priority"):
-        tasks.add.using(priority=10)
+        tasks.add.using(priority=101)
+    assert not Intent.objects.exists()
 
 
 def test_the_backend_supports_what_it_says():

@@ -23,7 +23,7 @@ from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from ..states import State
-from .claims import Claimed, ClaimFilters, claim_order, exclusions
+from .claims import BRANCHES, Claimed, ClaimFilters, claim_order, exclusions
 from .endings import CLEAR_CLAIM, Ending, Finished, finish_by_case
 from .limited import claim as limited_claim
 
@@ -38,6 +38,8 @@ ACTIVE = f"(state = '{PENDING}' OR state = '{RUNNING}')"
 # selective and walks the claim index in order instead of sorting every due row.
 DUE = f"{ACTIVE} AND next_at <= %s AND NOT (state = '{RUNNING}' AND claim_until > %s)"
 CLAIM_ORDER = "ORDER BY next_at, created_at, id"
+# Where the claim floor (``since``) goes in the branch of priority 0 (``claims.Branch``).
+FLOOR = "{floor}"
 FENCE = f"WHERE id = %s AND state = '{RUNNING}' AND claim_token = %s"
 # PostgreSQL's notification channel; the LISTEN side is wakeup.py.
 NOTIFY_CHANNEL = "django_intents"
@@ -56,7 +58,8 @@ class Backend:
     # Whether UPDATE ... RETURNING exists; without it a transition reads the
     # kind back by primary key.
     returning = True
-    # An index hint after the table name, where the planner needs one.
+    # An index hint after the table name, where the planner needs one; ``{index}``
+    # takes the index of each branch of the claim (``claims.Branch``).
     claim_hint = ""
     # What a batch of transitions locks its running rows with (``finish_many``).
     lock_running = ""
@@ -64,6 +67,7 @@ class Backend:
     # (``{rows}``: the VALUES groups), and the statement that finds due rows.
     sql_insert = ""
     sql_claim = ""
+    sql_probe = ""
     # What leaves paused kinds out of every claim and due probe, inside the
     # claim's own statement: no query of its own, and the claim keeps its index
     # (the subquery of the small paused table is materialised once, or, on
@@ -119,6 +123,11 @@ class Backend:
             f"UPDATE {self.table} SET state = '{CANCELLED}', last_error = %s, {done} "
             f"WHERE state = '{RUNNING}' AND claim_until <= %s "
             f"AND attempts >= snoozes + %s{{filters}}{ret}"
+        )
+        # Whether a claim would find anything: each branch's first due row.
+        self.sql_probe = self.branches(
+            f"SELECT * FROM (SELECT 1 AS one FROM {self.table}{self.claim_hint} "
+            f"WHERE {DUE} AND {{branch}}{{filters}} LIMIT 1) AS {{name}}"
         )
         self.sql_claim_update = (
             f"UPDATE {self.table} SET state = '{RUNNING}', attempts = attempts + 1, "
@@ -226,9 +235,47 @@ class Backend:
 
         By default one: ``sql_claim``, whose ``{filters}`` take the optional conditions.
         """
+        return [self.branched(self.sql_claim, now=now, filters=filters, tail=[limit])]
+
+    def branched(
+        self, statement: str, *, now: datetime, filters: ClaimFilters, tail: list[Any]
+    ) -> tuple[str, list[Any]]:
+        """``statement``, made of one part per ``BRANCHES`` in order, with its parameters.
+
+        Each part takes the due test's two times, the filters, the floor where
+        it has one, then ``tail`` (its limit, where it has one).
+        """
         where, params = self.filters(filters)
+        floor, floor_params = self.floor(filters)
         at = self.dt(now)
-        return [(self.sql_claim.replace("{filters}", where), [at, at, *params, limit])]
+        values: list[Any] = []
+        for branch in BRANCHES:
+            values += [at, at, *params, *(floor_params if branch.floored else ()), *tail]
+        return statement.replace("{filters}", where).replace(FLOOR, floor), values
+
+    def branches(self, part: str) -> str:
+        """``part`` for each branch, joined by ``UNION ALL``: ``{branch}``, ``{order}``,
+        ``{index}`` and ``{name}`` take the branch's condition, order, index and
+        an alias; the branch of priority 0 gets the floor after ``{filters}``.
+        ``{room}`` is a limit less what the branches before this one took
+        (``branch_<name>`` of each, where the statement names them so)."""
+        return " UNION ALL ".join(self.branch_parts(part))
+
+    def branch_parts(self, part: str) -> list[str]:
+        return [
+            part.replace("{branch}", b.where)
+            .replace("{filters}", "{filters}" + (FLOOR if b.floored else ""))
+            .replace("{order}", b.order)
+            .replace("{index}", b.index)
+            .replace("{name}", f"branch_{b.name}")
+            .replace(
+                "{room}",
+                " - ".join(
+                    ["%s", *(f"(SELECT count(*) FROM branch_{a.name})" for a in BRANCHES[:i])]
+                ),
+            )
+            for i, b in enumerate(BRANCHES)
+        ]
 
     def candidate_queries(
         self, *, now: datetime, limit: int, filters: ClaimFilters
@@ -256,19 +303,15 @@ class Backend:
 
     def has_due(self, *, now: datetime, filters: ClaimFilters) -> bool:
         """Whether a claim at ``now`` would find an intent: one index lookup, no lock."""
-        where, params = self.filters(filters)
-        statement = f"SELECT 1 FROM {self.table}{self.claim_hint} WHERE {DUE}{where} LIMIT 1"
-        at = self.dt(now)
+        statement, params = self.branched(self.sql_probe, now=now, filters=filters, tail=[])
         with self.cursor() as cursor:
-            cursor.execute(statement, [at, at, *params])
+            cursor.execute(statement, params)
             return cursor.fetchone() is not None
 
     def filters(self, filters: ClaimFilters) -> tuple[str, list[Any]]:
-        """The claim's conditions: not paused, and optionally a floor on ``next_at``,
-        the kinds, the attempts."""
-        where, params = self.not_paused, []
-        if filters.since is not None:
-            where, params = where + " AND next_at >= %s", [self.dt(filters.since)]
+        """The claim's conditions: not paused, and optionally the kinds, the attempts."""
+        where: str = self.not_paused
+        params: list[Any] = []
         kinds, kind_params = self.kind_filter(filters.kinds)
         where, params = where + kinds, params + kind_params
         if filters.max_attempts is not None:
@@ -276,6 +319,12 @@ class Backend:
             params.append(filters.max_attempts)
         full, full_params = exclusions(filters)
         return where + full, params + full_params
+
+    def floor(self, filters: ClaimFilters) -> tuple[str, list[Any]]:
+        """The claim floor on ``next_at`` (``floor.py``), for the branch of priority 0."""
+        if filters.since is None:
+            return "", []
+        return " AND next_at >= %s", [self.dt(filters.since)]
 
     def kind_filter(self, kinds: list[str] | None) -> tuple[str, list[Any]]:
         if not kinds:

@@ -47,6 +47,38 @@ def exclusions(filters: ClaimFilters) -> tuple[str, list[Any]]:
 Claimed = tuple["Intent", datetime | None]  # the intent, and the lease it took over, if any
 
 
-def claim_order(intent: Intent) -> tuple[datetime, datetime, str]:
+def claim_order(intent: Intent) -> tuple[int, datetime, datetime, str]:
     """The order claims take intents in (``Intent.Meta.ordering``), for sorting in Python."""
-    return (intent.next_at, intent.created_at, intent.id)
+    return (-intent.priority, intent.next_at, intent.created_at, intent.id)
+
+
+@dataclass(frozen=True)
+class Branch:
+    """One range of the claim index a claim walks: its priorities, their order, their index.
+
+    A claim walks ``BRANCHES`` in turn, each up to what the claim still needs,
+    so that intents of the default priority 0, nearly always all of them, are
+    found exactly as before priorities existed: on the claim index, from the
+    pool's floor (``floor.py``). The other priorities sit in a small index of
+    their own (``intents_high_priority_idx``, ``intents_low_priority_idx``),
+    which each claim probes in microseconds when it is empty. One index led
+    by priority would serve every row, but a floor on ``next_at`` could no
+    longer start its walk: every claim would step over all the finished
+    rows' entries that VACUUM has not yet removed.
+    """
+
+    name: str
+    where: str  # the partial index's own condition, so that the planner may use it
+    order: str
+    index: str  # the index that serves it (SQLite's INDEXED BY)
+    floored: bool  # whether the pool's claim floor applies
+
+
+PRIORITIZED_ORDER = "ORDER BY priority DESC, next_at, created_at, id"
+BRANCHES = (
+    Branch("high", "priority > 0", PRIORITIZED_ORDER, "intents_high_priority_idx", False),
+    Branch(
+        "zero", "priority = 0", "ORDER BY next_at, created_at, id", "intents_claimable_idx", True
+    ),
+    Branch("low", "priority < 0", PRIORITIZED_ORDER, "intents_low_priority_idx", False),
+)

@@ -17,15 +17,25 @@ from typing import Any
 
 from django.db import DatabaseError, transaction
 
-from .base import CLAIM_ORDER, COMPLETED, PENDING, RUNNING, Backend
-from .claims import ClaimFilters
+from .base import COMPLETED, FLOOR, PENDING, RUNNING, Backend
+from .claims import BRANCHES, PRIORITIZED_ORDER, ClaimFilters
 
 LOCK = " FOR UPDATE SKIP LOCKED"
 # How long a limited claim waits for another claim of its kinds (seconds): a
 # claim holds the lock for milliseconds, so this only passes when one hangs.
 LIMIT_LOCK_WAIT = 10
 # The two halves of states.due, each an index range scan.
-BRANCHES = (f"state = '{PENDING}' AND next_at <= %s", f"state = '{RUNNING}' AND claim_until <= %s")
+PENDING_DUE = f"state = '{PENDING}' AND next_at <= %s"
+EXPIRED = f"state = '{RUNNING}' AND claim_until <= %s"
+# The state-led indexes (migrations 0002 and 0007) that serve each branch here:
+# with most rows of priority 0, MariaDB would rather scan the table and sort.
+INDEXES = {
+    "intents_claimable_idx": "intents_claim_mysql_idx",
+    "intents_high_priority_idx": "intents_prioritized_mysql_idx",
+    "intents_low_priority_idx": "intents_prioritized_mysql_idx",
+}
+# Where the claim floor goes on the expired branch: it applies to priority 0 only.
+EXPIRED_FLOOR = "{expired_floor}"
 
 
 class MySQLBackend(Backend):
@@ -42,14 +52,31 @@ class MySQLBackend(Backend):
         self.sql_insert = (
             f"INSERT IGNORE INTO {self.table} ({self.column_list}) VALUES {{rows}} RETURNING kind"
         )
-        self.sql_branches = [
-            f"SELECT {self.column_list} FROM {self.table} WHERE {branch}{{filters}} "
-            f"{CLAIM_ORDER} LIMIT %s{LOCK}"
-            for branch in BRANCHES
-        ]
-        self.sql_probes = [
-            f"SELECT 1 FROM {self.table} WHERE {branch}{{filters}} LIMIT 1" for branch in BRANCHES
-        ]
+
+        # Pending intents by priority branch (claims.Branch), each a range of one
+        # index, then the expired leases of every priority, in one statement:
+        # the claim sorts what they found and keeps its limit.
+        def parts(select: str, order: bool, tail: str) -> str:
+            pending = [
+                part.replace(name, INDEXES[name])
+                for part, name in zip(
+                    self.branch_parts(
+                        f"(SELECT {select} FROM {self.table} FORCE INDEX ({{index}}) "
+                        f"WHERE {PENDING_DUE} AND {{branch}}{{filters}}"
+                        f"{' {order}' if order else ''}{tail})"
+                    ),
+                    [branch.index for branch in BRANCHES],
+                    strict=True,
+                )
+            ]
+            expired = (
+                f"(SELECT {select} FROM {self.table} WHERE {EXPIRED}{{filters}}{EXPIRED_FLOOR}"
+                f"{' ' + PRIORITIZED_ORDER if order else ''}{tail})"
+            )
+            return " UNION ALL ".join([*pending, expired])
+
+        self.sql_claim = parts(self.column_list, True, f" LIMIT %s{LOCK}")
+        self.sql_probe = parts("1", False, " LIMIT 1")
         self.sql_kind_of = f"SELECT kind FROM {self.table} WHERE id = %s"
         self.sql_lock_running = (
             f"SELECT id, kind, claim_token FROM {self.table} "
@@ -64,15 +91,20 @@ class MySQLBackend(Backend):
             f"AND attempts >= snoozes + %s{{filters}}{LOCK}"
         )
 
-    def claim_queries(
-        self, *, now: datetime, limit: int, filters: ClaimFilters
-    ) -> list[tuple[str, list[Any]]]:
+    def branched(
+        self, statement: str, *, now: datetime, filters: ClaimFilters, tail: list[Any]
+    ) -> tuple[str, list[Any]]:
+        """As the base's, with the expired branch last, its floor for priority 0 only."""
         where, params = self.filters(filters)
+        floor, floor_params = self.floor(filters)
+        expired_floor = "" if filters.since is None else " AND (priority <> 0 OR next_at >= %s)"
         at = self.dt(now)
-        return [
-            (statement.replace("{filters}", where), [at, *params, limit])
-            for statement in self.sql_branches
-        ]
+        values: list[Any] = []
+        for branch in BRANCHES:
+            values += [at, *params, *(floor_params if branch.floored else ()), *tail]
+        values += [at, *params, *floor_params, *tail]
+        text = statement.replace("{filters}", where).replace(FLOOR, floor)
+        return text.replace(EXPIRED_FLOOR, expired_floor), values
 
     @contextlib.contextmanager
     def limit_lock(self, kinds: list[str]) -> Iterator[bool]:
@@ -106,16 +138,6 @@ class MySQLBackend(Backend):
         """A kind's lock name, one per database and table: names are server-wide (64 chars)."""
         key = f"{self.connection.settings_dict['NAME']}\x00{self.table}\x00{kind}"
         return "django_intents." + hashlib.sha256(key.encode()).hexdigest()[:40]
-
-    def has_due(self, *, now: datetime, filters: ClaimFilters) -> bool:
-        where, params = self.filters(filters)
-        at = self.dt(now)
-        with self.cursor() as cursor:
-            for statement in self.sql_probes:
-                cursor.execute(statement.replace("{filters}", where), [at, *params])
-                if cursor.fetchone() is not None:
-                    return True
-        return False
 
     def cancel_exhausted(
         self, *, now: datetime, max_attempts: int, kinds: list[str] | None, error: str

@@ -29,10 +29,10 @@ else:
     TIMESTAMPTZ_LOADER = None
 
 from .base import (
-    CLAIM_ORDER,
     CLEAR_CLAIM,
     COMPLETED,
     DUE,
+    FLOOR,
     NOTIFY_CHANNEL,
     PENDING,
     RUNNING,
@@ -41,12 +41,15 @@ from .base import (
     Finished,
     claim_order,
 )
-from .claims import Claimed, ClaimFilters
+from .claims import BRANCHES, Branch, Claimed, ClaimFilters
 from .limited import EXTRA, MAX_EXTRA_ROWS, MAX_LIMIT
 
 # The columns a new intent takes from its caller; the rest are fixed or the batch's time.
-JSON_COLUMNS = ("id", "kind", "event_id", "target", "payload", "next_at")
-JSON_TYPES = "id text, kind text, event_id text, target text, payload jsonb, next_at timestamptz"
+JSON_COLUMNS = ("id", "kind", "event_id", "target", "payload", "next_at", "priority")
+JSON_TYPES = (
+    "id text, kind text, event_id text, target text, payload jsonb, next_at timestamptz, "
+    "priority smallint"
+)
 
 
 class PostgreSQLBackend(Backend):
@@ -89,9 +92,16 @@ class PostgreSQLBackend(Backend):
         # picks and skips rows another claimer has locked, so concurrent claims
         # never see the same intent. MATERIALIZED keeps it from being inlined
         # and evaluated more than once.
+        # Each branch (claims.Branch) is such a SELECT, limited to what the
+        # claim still needs after the branches before it, so that exactly the
+        # intents claimed are locked.
+        branches = self.branch_parts(
+            f"{{name}} AS MATERIALIZED (SELECT id, state AS was, claim_until AS lease_end "
+            f"FROM {table} WHERE {DUE} AND {{branch}}{{filters}} {{order}} LIMIT {{room}} "
+            f"FOR UPDATE SKIP LOCKED)"
+        )
         self.sql_claim = (
-            f"WITH due AS MATERIALIZED (SELECT id, state AS was, claim_until AS lease_end "
-            f"FROM {table} WHERE {DUE}{{filters}} {CLAIM_ORDER} LIMIT %s FOR UPDATE SKIP LOCKED) "
+            f"WITH {', '.join(branches)}, due AS ({_union(BRANCHES)}) "
             f"UPDATE {table} AS t SET state = '{RUNNING}', attempts = t.attempts + 1, "
             f"claim_token = md5(%s || t.id), claim_until = %s, updated_at = %s "
             f"FROM due WHERE t.id = due.id "
@@ -110,20 +120,24 @@ class PostgreSQLBackend(Backend):
         # every row (as with kind_filter) and walks the index in order; written
         # "<> ALL (...)" it was estimated to keep one row in a hundred, and the
         # planner sorted every due row to find the first few.
-        order = "ORDER BY next_at, created_at, id"
+        order = "ORDER BY priority DESC, next_at, created_at, id"
         cap = "(%s::bigint[])[array_position(%s::text[], {}kind::text)]"  # a kind's cap, or NULL
-        self.sql_limited_claim = (
-            f"WITH live AS MATERIALIZED (SELECT kind, target, count(*) AS n FROM {table} "
-            f"WHERE state = '{RUNNING}' AND claim_until > %s AND kind = ANY (%s::text[]) "
-            f"GROUP BY kind, target), "
-            f"due AS MATERIALIZED (SELECT t.id, t.kind, t.target, t.next_at, t.created_at, "
-            f"t.state AS was, t.claim_until AS lease_end, {cap.format('t.')} AS per_target, "
-            f"{cap.format('t.')} AS running FROM {table} AS t WHERE {DUE}{{filters}} "
+        # Each branch of due rows (claims.Branch) as in sql_claim.
+        due = self.branch_parts(
+            f"{{name}} AS MATERIALIZED (SELECT t.id, t.kind, t.target, t.priority, t.next_at, "
+            f"t.created_at, t.state AS was, t.claim_until AS lease_end, "
+            f"{cap.format('t.')} AS per_target, {cap.format('t.')} AS running "
+            f"FROM {table} AS t WHERE {DUE} AND {{branch}}{{filters}} "
             f"AND (CASE WHEN t.kind || E'\\n' || t.target = ANY (ARRAY(SELECT kind || E'\\n' || "
             f"target FROM live WHERE n >= {cap.format('')})) OR t.kind = ANY (ARRAY(SELECT kind "
             f"FROM live GROUP BY kind HAVING sum(n) >= {cap.format('')})) "
             f"THEN NULL ELSE 1 END) IS NOT NULL "
-            f"{CLAIM_ORDER} LIMIT %s FOR UPDATE OF t SKIP LOCKED), "
+            f"{{order}} LIMIT {{room}} FOR UPDATE OF t SKIP LOCKED)"
+        )
+        self.sql_limited_claim = (
+            f"WITH live AS MATERIALIZED (SELECT kind, target, count(*) AS n FROM {table} "
+            f"WHERE state = '{RUNNING}' AND claim_until > %s AND kind = ANY (%s::text[]) "
+            f"GROUP BY kind, target), {', '.join(due)}, due AS ({_union(BRANCHES)}), "
             f"ranked AS (SELECT due.*, row_number() OVER (PARTITION BY kind, target {order}) "
             f"+ COALESCE((SELECT n FROM live WHERE live.kind = due.kind "
             f"AND live.target = due.target), 0) AS at_target FROM due), "
@@ -175,6 +189,7 @@ class PostgreSQLBackend(Backend):
         """The select list of the JSON insert: the batch's time is the first three parameters."""
         fixed = {
             "next_at": "COALESCE(r.next_at, %s)",
+            "priority": "COALESCE(r.priority, 0)",
             "created_at": "%s",
             "updated_at": "%s",
             "state": "'pending'",
@@ -264,10 +279,15 @@ class PostgreSQLBackend(Backend):
         per_target = [filters.limits[kind].per_target for kind in kinds], kinds
         running = [filters.limits[kind].running for kind in kinds], kinds
         where, params = self.filters(filters)
+        floor, floor_params = self.floor(filters)
         at = self.dt(now)
         fetch = min(limit * EXTRA, limit + MAX_EXTRA_ROWS, MAX_LIMIT)
-        ordered = [at, kinds, *per_target, *running, at, at, *params, *per_target, *running, fetch]
-        return [(self.sql_limited_claim.replace("{filters}", where), ordered)]
+        ordered: list[Any] = [at, kinds]
+        for branch in BRANCHES:
+            ordered += [*per_target, *running, at, at, *params]
+            ordered += [*(floor_params if branch.floored else ()), *per_target, *running, fetch]
+        statement = self.sql_limited_claim.replace("{filters}", where).replace(FLOOR, floor)
+        return [(statement, ordered)]
 
     @contextlib.contextmanager
     def pipelined(self) -> Iterator[None]:
@@ -355,17 +375,24 @@ def lock_key(kind: str) -> int:
     return int.from_bytes(digest[:8], "big", signed=True)
 
 
+def _union(branches: Sequence[Branch]) -> str:
+    return " UNION ALL ".join(f"SELECT * FROM branch_{b.name}" for b in branches)
+
+
 def _salt() -> str:
     """Each claimed row's token is md5(salt || id): unique per claim, one parameter per batch."""
     return secrets.token_hex(16)
 
 
 def _json_rows(rows: Sequence[dict[str, Any]], now: datetime) -> str:
-    """The rows as one JSON array; ``next_at`` only where it is not the batch's ``now``."""
+    """The rows as one JSON array; ``next_at`` only where it is not the batch's ``now``,
+    ``priority`` only where it is not 0."""
     items = []
     for row in rows:
-        item = {column: row[column] for column in JSON_COLUMNS if column != "next_at"}
+        item = {column: row[column] for column in JSON_COLUMNS[:5]}
         if row["next_at"] is not now:
             item["next_at"] = row["next_at"].isoformat()
+        if row["priority"]:
+            item["priority"] = row["priority"]
         items.append(item)
     return json.dumps(items)

@@ -12,14 +12,14 @@ from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
-from .base import CLAIM_ORDER, COMPLETED, DUE, RUNNING, Backend
+from .base import COMPLETED, DUE, RUNNING, Backend
 
 
 class SQLiteBackend(Backend):
     vendor = "sqlite"
     # Without ANALYZE statistics SQLite may prefer the (kind, state) index and
-    # sort; INDEXED BY pins the claim to the partial claim index.
-    claim_hint = " INDEXED BY intents_claimable_idx"
+    # sort; INDEXED BY pins each branch of the claim to its partial index.
+    claim_hint = " INDEXED BY {index}"
 
     def __init__(self, alias: str, model: Any) -> None:
         super().__init__(alias, model)
@@ -27,9 +27,11 @@ class SQLiteBackend(Backend):
             f"INSERT INTO {self.table} ({self.column_list}) VALUES {{rows}} "
             f"ON CONFLICT (id) DO NOTHING RETURNING kind"
         )
-        self.sql_claim = (
-            f"SELECT {self.column_list} FROM {self.table}{self.claim_hint} "
-            f"WHERE {DUE}{{filters}} {CLAIM_ORDER} LIMIT %s"
+        # Each branch (claims.Branch) in claim order up to the claim's limit; the
+        # claim sorts what they found and keeps its limit.
+        self.sql_claim = self.branches(
+            f"SELECT * FROM (SELECT {self.column_list} FROM {self.table}{self.claim_hint} "
+            f"WHERE {DUE} AND {{branch}}{{filters}} {{order}} LIMIT %s) AS {{name}}"
         )
         # The id list steers SQLite to the primary key rather than a scan of
         # every running row; the (id, token) pairs are the fence.

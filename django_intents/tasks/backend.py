@@ -98,9 +98,9 @@ class IntentsBackend(BaseTaskBackend):
     supports_defer = True
     supports_async_task = True
     supports_get_result = True
-    # The claim orders due intents by next_at, created_at, id; there is no
-    # priority to order by, so Django refuses tasks that ask for one.
-    supports_priority = False
+    # Task.priority is the intent's priority (SPEC §11): the same range,
+    # -100 to 100, and the same sense, higher first among due tasks.
+    supports_priority = True
 
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)
@@ -140,7 +140,13 @@ class IntentsBackend(BaseTaskBackend):
         now = timezone.now()
         payload = record.to_payload()
         manager.enqueue(
-            TASK_KIND, event_id, task.module_path, payload, next_at=task.run_after, now=now
+            TASK_KIND,
+            event_id,
+            task.module_path,
+            payload,
+            next_at=task.run_after,
+            now=now,
+            priority=task.priority,
         )
         object.__setattr__(result, "enqueued_at", now)  # TaskResult is frozen
         task_enqueued.send(type(self), task_result=result)
