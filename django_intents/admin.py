@@ -75,7 +75,8 @@ class LastErrorFilter(admin.SimpleListFilter):
 
 
 class IntentChangeList(ChangeList):
-    """Sorting by "next run" is the claim order: ties broken as the claim breaks them."""
+    """Sorting by "next run" or by priority is the claim order: ties broken as the
+    claim breaks them."""
 
     def get_ordering(self, request: HttpRequest, queryset: QuerySet[Intent]) -> list[Any]:
         ordering = super().get_ordering(request, queryset)
@@ -88,6 +89,10 @@ class IntentChangeList(ChangeList):
                 if not (isinstance(part, str) and part.lstrip("-") in ties)
             ]
             ordering = [ordering[0], f"{sign}created_at", f"{sign}id", *rest]
+        elif ordering and ordering[0] in ("priority", "-priority"):
+            # By priority, then as the claim takes equal priorities.
+            sign = "-" if ordering[0] == "priority" else ""
+            ordering = [ordering[0], f"{sign}next_at", f"{sign}created_at", f"{sign}id"]
         return ordering
 
     def get_queryset(
@@ -105,6 +110,7 @@ class IntentAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         "target_summary",
         "state_badge",
         "attempts",
+        "priority",
         "next_run",
         "updated_at",
         "error_summary",
@@ -122,7 +128,16 @@ class IntentAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         (None, {"fields": ("id", "kind", "state_badge", "event_id", "target")}),
         (
             gettext_lazy("Schedule"),
-            {"fields": ("attempts", "next_at", "next_run", "created_at", "updated_at")},
+            {
+                "fields": (
+                    "attempts",
+                    "priority",
+                    "next_at",
+                    "next_run",
+                    "created_at",
+                    "updated_at",
+                )
+            },
         ),
         (gettext_lazy("Claim"), {"fields": ("claim_token", "claim_until")}),
         (gettext_lazy("Last error"), {"fields": ("last_error_text",)}),

@@ -33,7 +33,8 @@ pytestmark = pytest.mark.django_db
 TARGET = "https://partner.example/hooks"
 CHANGELIST = reverse("admin:django_intents_intent_changelist")
 # list_display index as the changelist's ?o= counts it: 0 is the action checkbox.
-NEXT_RUN_COLUMN = 6
+NEXT_RUN_COLUMN = 7
+PRIORITY_COLUMN = 6
 
 
 def make(
@@ -211,6 +212,20 @@ def test_next_run_column_sorts_in_claim_order(admin_client):
     assert expected == [tie_old, tie_new, later]
     assert listed(admin_client.get(CHANGELIST, {"o": str(NEXT_RUN_COLUMN)})) == expected
     assert listed(admin_client.get(CHANGELIST, {"o": f"-{NEXT_RUN_COLUMN}"})) == expected[::-1]
+
+
+def test_priority_column_sorts_in_claim_order_when_descending(admin_client):
+    now = timezone.now()
+    low = make(event="low", next_in=0)
+    high_later = make(event="high-later", next_in=60)
+    high_sooner = make(event="high-sooner", next_in=30)
+    Intent.objects.filter(pk=low).update(priority=-5)
+    Intent.objects.filter(pk__in=[high_later, high_sooner]).update(priority=5)
+    plain = make(event="plain", next_in=0, created=now - timedelta(minutes=1))
+    expected = list(Intent.objects.pending().values_list("pk", flat=True))
+    assert expected == [high_sooner, high_later, plain, low]
+    assert listed(admin_client.get(CHANGELIST, {"o": f"-{PRIORITY_COLUMN}"})) == expected
+    assert listed(admin_client.get(CHANGELIST, {"o": str(PRIORITY_COLUMN)})) == expected[::-1]
 
 
 def test_changelist_filters_by_state(admin_client, mixed):

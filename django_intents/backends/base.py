@@ -23,9 +23,18 @@ from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from ..states import State
-from .claims import BRANCHES, Claimed, ClaimFilters, claim_order, exclusions
+from .claims import (
+    BRANCHES,
+    FLOOR,
+    Claimed,
+    ClaimFilters,
+    branches,
+    claim_order,
+    exclusions,
+)
 from .endings import CLEAR_CLAIM, Ending, Finished, finish_by_case
 from .limited import claim as limited_claim
+from .rows import hydrate, to_values
 
 if TYPE_CHECKING:
     from ..models import Intent
@@ -38,8 +47,6 @@ ACTIVE = f"(state = '{PENDING}' OR state = '{RUNNING}')"
 # selective and walks the claim index in order instead of sorting every due row.
 DUE = f"{ACTIVE} AND next_at <= %s AND NOT (state = '{RUNNING}' AND claim_until > %s)"
 CLAIM_ORDER = "ORDER BY next_at, created_at, id"
-# Where the claim floor (``since``) goes in the branch of priority 0 (``claims.Branch``).
-FLOOR = "{floor}"
 FENCE = f"WHERE id = %s AND state = '{RUNNING}' AND claim_token = %s"
 # PostgreSQL's notification channel; the LISTEN side is wakeup.py.
 NOTIFY_CHANNEL = "django_intents"
@@ -125,7 +132,7 @@ class Backend:
             f"AND attempts >= snoozes + %s{{filters}}{ret}"
         )
         # Whether a claim would find anything: each branch's first due row.
-        self.sql_probe = self.branches(
+        self.sql_probe = branches(
             f"SELECT * FROM (SELECT 1 AS one FROM {self.table}{self.claim_hint} "
             f"WHERE {DUE} AND {{branch}}{{filters}} LIMIT 1) AS {{name}}"
         )
@@ -152,28 +159,8 @@ class Backend:
         """
         statement = self.sql_insert.replace("{rows}", self.values_groups(len(rows)))
         with self.cursor() as cursor:
-            cursor.execute(statement, self.values(rows))
+            cursor.execute(statement, to_values(self, rows))
             return [kind for (kind,) in cursor.fetchall()]
-
-    def values(self, rows: Sequence[dict[str, Any]]) -> list[Any]:
-        """The rows' values in column order, as the database takes them, in one flat list.
-
-        The connection and its adapters are looked up once: on a batch of 500
-        rows, once per value cost a sixth of ``enqueue_many``'s time.
-        """
-        connection = self.connection
-        adapt = connection.ops.adapt_datetimefield_value
-        prepare = self.model._meta.get_field("payload").get_db_prep_save
-        values = []
-        for row in rows:
-            for column in self.columns:
-                value = row[column]
-                if column == "payload":
-                    value = prepare(value, connection)
-                elif isinstance(value, datetime):
-                    value = adapt(value)
-                values.append(value)
-        return values
 
     def values_groups(self, count: int) -> str:
         group = "(" + ", ".join(["%s"] * len(self.columns)) + ")"
@@ -195,7 +182,7 @@ class Backend:
             return limited_claim(self, now=now, until=until, limit=limit, filters=filters)
         with self.write_transaction(), self.cursor() as cursor:
             rows = self.due_rows(cursor, self.claim_queries(now=now, limit=limit, filters=filters))
-            intents = sorted(self.hydrate(rows), key=claim_order)[:limit]
+            intents = sorted(hydrate(self, rows), key=claim_order)[:limit]
             return self.take(cursor, intents, now=now, until=until)
 
     def due_rows(self, cursor: Any, queries: list[tuple[str, list[Any]]]) -> list[Any]:
@@ -252,30 +239,6 @@ class Backend:
         for branch in BRANCHES:
             values += [at, at, *params, *(floor_params if branch.floored else ()), *tail]
         return statement.replace("{filters}", where).replace(FLOOR, floor), values
-
-    def branches(self, part: str) -> str:
-        """``part`` for each branch, joined by ``UNION ALL``: ``{branch}``, ``{order}``,
-        ``{index}`` and ``{name}`` take the branch's condition, order, index and
-        an alias; the branch of priority 0 gets the floor after ``{filters}``.
-        ``{room}`` is a limit less what the branches before this one took
-        (``branch_<name>`` of each, where the statement names them so)."""
-        return " UNION ALL ".join(self.branch_parts(part))
-
-    def branch_parts(self, part: str) -> list[str]:
-        return [
-            part.replace("{branch}", b.where)
-            .replace("{filters}", "{filters}" + (FLOOR if b.floored else ""))
-            .replace("{order}", b.order)
-            .replace("{index}", b.index)
-            .replace("{name}", f"branch_{b.name}")
-            .replace(
-                "{room}",
-                " - ".join(
-                    ["%s", *(f"(SELECT count(*) FROM branch_{a.name})" for a in BRANCHES[:i])]
-                ),
-            )
-            for i, b in enumerate(BRANCHES)
-        ]
 
     def candidate_queries(
         self, *, now: datetime, limit: int, filters: ClaimFilters
@@ -425,20 +388,3 @@ class Backend:
 
     def dt(self, value: datetime) -> Any:
         return self.connection.ops.adapt_datetimefield_value(value)
-
-    def hydrate(self, rows: Sequence[Sequence[Any]]) -> list[Intent]:
-        """Model instances from raw rows, with the same conversions the ORM applies."""
-        conn, model, fields = self.connection, self.model, self.fields
-        converters = []
-        for field in fields:
-            col = field.get_col(model._meta.db_table)
-            converters.append(conn.ops.get_db_converters(col) + field.get_db_converters(conn))
-        names = [field.attname for field in fields]
-        intents = []
-        for row in rows:
-            values = list(row)
-            for i, funcs in enumerate(converters):
-                for func in funcs:
-                    values[i] = func(values[i], fields[i], conn)
-            intents.append(model.from_db(self.alias, names, values))
-        return intents

@@ -82,3 +82,32 @@ BRANCHES = (
     ),
     Branch("low", "priority < 0", PRIORITIZED_ORDER, "intents_low_priority_idx", False),
 )
+
+
+# Where the claim floor (``since``) goes in the branch of priority 0.
+FLOOR = "{floor}"
+
+
+def branches(part: str) -> str:
+    """``part`` for each branch, joined by ``UNION ALL`` (see ``branch_parts``)."""
+    return " UNION ALL ".join(branch_parts(part))
+
+
+def branch_parts(part: str) -> list[str]:
+    """``part`` for each of ``BRANCHES``: ``{branch}``, ``{order}``, ``{index}`` and
+    ``{name}`` take the branch's condition, order, index and an alias; the branch
+    of priority 0 gets the floor after ``{filters}``. ``{room}`` is a limit less
+    what the branches before this one took (``branch_<name>`` of each, where the
+    statement names them so)."""
+    return [
+        part.replace("{branch}", b.where)
+        .replace("{filters}", "{filters}" + (FLOOR if b.floored else ""))
+        .replace("{order}", b.order)
+        .replace("{index}", b.index)
+        .replace("{name}", f"branch_{b.name}")
+        .replace(
+            "{room}",
+            " - ".join(["%s", *(f"(SELECT count(*) FROM branch_{a.name})" for a in BRANCHES[:i])]),
+        )
+        for i, b in enumerate(BRANCHES)
+    ]

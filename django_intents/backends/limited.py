@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from ..limits import Admission
 from ..states import State
 from .claims import Claimed, ClaimFilters, claim_order
+from .rows import hydrate
 
 if TYPE_CHECKING:
     from .base import Backend
@@ -57,7 +58,7 @@ def claim(
         rows = backend.due_rows(
             cursor, backend.candidate_queries(now=now, limit=fetch, filters=scan)
         )
-        due = sorted(backend.hydrate(rows), key=claim_order)
+        due = sorted(hydrate(backend, rows), key=claim_order)
         return backend.take(cursor, admission.admit(due, limit), now=now, until=until)
 
 

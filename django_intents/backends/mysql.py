@@ -17,8 +17,8 @@ from typing import Any
 
 from django.db import DatabaseError, transaction
 
-from .base import COMPLETED, FLOOR, PENDING, RUNNING, Backend
-from .claims import BRANCHES, PRIORITIZED_ORDER, ClaimFilters
+from .base import COMPLETED, PENDING, RUNNING, Backend
+from .claims import BRANCHES, FLOOR, PRIORITIZED_ORDER, ClaimFilters, branch_parts
 
 LOCK = " FOR UPDATE SKIP LOCKED"
 # How long a limited claim waits for another claim of its kinds (seconds): a
@@ -60,7 +60,7 @@ class MySQLBackend(Backend):
             pending = [
                 part.replace(name, INDEXES[name])
                 for part, name in zip(
-                    self.branch_parts(
+                    branch_parts(
                         f"(SELECT {select} FROM {self.table} FORCE INDEX ({{index}}) "
                         f"WHERE {PENDING_DUE} AND {{branch}}{{filters}}"
                         f"{' {order}' if order else ''}{tail})"

@@ -32,7 +32,6 @@ from .base import (
     CLEAR_CLAIM,
     COMPLETED,
     DUE,
-    FLOOR,
     NOTIFY_CHANNEL,
     PENDING,
     RUNNING,
@@ -41,8 +40,9 @@ from .base import (
     Finished,
     claim_order,
 )
-from .claims import BRANCHES, Branch, Claimed, ClaimFilters
+from .claims import BRANCHES, FLOOR, Branch, Claimed, ClaimFilters, branch_parts
 from .limited import EXTRA, MAX_EXTRA_ROWS, MAX_LIMIT
+from .rows import hydrate, to_values
 
 # The columns a new intent takes from its caller; the rest are fixed or the batch's time.
 JSON_COLUMNS = ("id", "kind", "event_id", "target", "payload", "next_at", "priority")
@@ -95,7 +95,7 @@ class PostgreSQLBackend(Backend):
         # Each branch (claims.Branch) is such a SELECT, limited to what the
         # claim still needs after the branches before it, so that exactly the
         # intents claimed are locked.
-        branches = self.branch_parts(
+        branches = branch_parts(
             f"{{name}} AS MATERIALIZED (SELECT id, state AS was, claim_until AS lease_end "
             f"FROM {table} WHERE {DUE} AND {{branch}}{{filters}} {{order}} LIMIT {{room}} "
             f"FOR UPDATE SKIP LOCKED)"
@@ -123,7 +123,7 @@ class PostgreSQLBackend(Backend):
         order = "ORDER BY priority DESC, next_at, created_at, id"
         cap = "(%s::bigint[])[array_position(%s::text[], {}kind::text)]"  # a kind's cap, or NULL
         # Each branch of due rows (claims.Branch) as in sql_claim.
-        due = self.branch_parts(
+        due = branch_parts(
             f"{{name}} AS MATERIALIZED (SELECT t.id, t.kind, t.target, t.priority, t.next_at, "
             f"t.created_at, t.state AS was, t.claim_until AS lease_end, "
             f"{cap.format('t.')} AS per_target, {cap.format('t.')} AS running "
@@ -249,7 +249,7 @@ class PostgreSQLBackend(Backend):
             statement, params = self.sql_insert_json, [*[self.dt(now)] * 3, _json_rows(rows, now)]
         else:
             statement = self.sql_insert.replace("{rows}", self.values_groups(len(rows)))
-            params = self.values(rows)
+            params = to_values(self, rows)
         with self.cursor() as cursor:
             cursor.execute(statement, params)
             return [kind for kind, count, _ in cursor.fetchall() for _ in range(count)]
@@ -332,7 +332,7 @@ class PostgreSQLBackend(Backend):
                 cursor.execute(statement, [*params, *tail])
                 rows = cursor.fetchall()
         width = len(self.columns)
-        intents = self.hydrate([row[:width] for row in rows])
+        intents = hydrate(self, [row[:width] for row in rows])
         claimed = [
             (intent, row[width + 1] if row[width] == RUNNING else None)
             for intent, row in zip(intents, rows, strict=True)

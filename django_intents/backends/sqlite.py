@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from .base import COMPLETED, DUE, RUNNING, Backend
+from .claims import branches
 
 
 class SQLiteBackend(Backend):
@@ -29,7 +30,7 @@ class SQLiteBackend(Backend):
         )
         # Each branch (claims.Branch) in claim order up to the claim's limit; the
         # claim sorts what they found and keeps its limit.
-        self.sql_claim = self.branches(
+        self.sql_claim = branches(
             f"SELECT * FROM (SELECT {self.column_list} FROM {self.table}{self.claim_hint} "
             f"WHERE {DUE} AND {{branch}}{{filters}} {{order}} LIMIT %s) AS {{name}}"
         )

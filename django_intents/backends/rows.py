@@ -1,0 +1,55 @@
+"""Between the intent table's rows and Python: what the ORM would do, without the ORM.
+
+A backend writes and reads rows with raw SQL for speed; these apply the same
+conversions Django would, so that what a claim returns equals what
+``Intent.objects.get`` would.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..models import Intent
+    from .base import Backend
+
+
+def to_values(backend: Backend, rows: Sequence[dict[str, Any]]) -> list[Any]:
+    """The rows' values in column order, as the database takes them, in one flat list.
+
+    The connection and its adapters are looked up once: on a batch of 500
+    rows, once per value cost a sixth of ``enqueue_many``'s time.
+    """
+    connection = backend.connection
+    adapt = connection.ops.adapt_datetimefield_value
+    prepare = backend.model._meta.get_field("payload").get_db_prep_save
+    values = []
+    for row in rows:
+        for column in backend.columns:
+            value = row[column]
+            if column == "payload":
+                value = prepare(value, connection)
+            elif isinstance(value, datetime):
+                value = adapt(value)
+            values.append(value)
+    return values
+
+
+def hydrate(backend: Backend, rows: Sequence[Sequence[Any]]) -> list[Intent]:
+    """Model instances from raw rows, with the same conversions the ORM applies."""
+    conn, model, fields = backend.connection, backend.model, backend.fields
+    converters = []
+    for field in fields:
+        col = field.get_col(model._meta.db_table)
+        converters.append(conn.ops.get_db_converters(col) + field.get_db_converters(conn))
+    names = [field.attname for field in fields]
+    intents = []
+    for row in rows:
+        values = list(row)
+        for i, funcs in enumerate(converters):
+            for func in funcs:
+                values[i] = func(values[i], fields[i], conn)
+        intents.append(model.from_db(backend.alias, names, values))
+    return intents
