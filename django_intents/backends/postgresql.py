@@ -6,27 +6,12 @@ the server parses each text once per connection however the values change.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import secrets
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
-
-from django.conf import settings
-from django.db.backends.postgresql.psycopg_any import is_psycopg3
-
-if is_psycopg3:
-    from django.db.backends.postgresql.base import ServerBindingCursor
-    from psycopg import Pipeline, postgres, pq
-
-    # psycopg's fastest text loader for timestamptz (C, with psycopg[binary]).
-    TIMESTAMPTZ_LOADER: Any = postgres.adapters.get_loader(
-        postgres.types["timestamptz"].oid, pq.Format.TEXT
-    )
-else:
-    TIMESTAMPTZ_LOADER = None
 
 from .base import (
     CLEAR_CLAIM,
@@ -42,6 +27,7 @@ from .base import (
 )
 from .claims import BRANCHES, FLOOR, Branch, Claimed, ClaimFilters, branch_parts
 from .limited import EXTRA, MAX_EXTRA_ROWS, MAX_LIMIT
+from .pgcursors import ServerBoundCursors
 from .rows import hydrate, to_values
 
 # The columns a new intent takes from its caller; the rest are fixed or the batch's time.
@@ -52,7 +38,7 @@ JSON_TYPES = (
 )
 
 
-class PostgreSQLBackend(Backend):
+class PostgreSQLBackend(ServerBoundCursors, Backend):
     vendor = "postgresql"
     # The paused kinds as an array computed once per statement (an InitPlan).
     # Spelled as a CASE the planner cannot see into, the test is taken to keep
@@ -100,14 +86,35 @@ class PostgreSQLBackend(Backend):
             f"FROM {table} WHERE {DUE} AND {{branch}}{{filters}} {{order}} LIMIT {{room}} "
             f"FOR UPDATE SKIP LOCKED)"
         )
+        # The outer LIMIT changes nothing (the branches' rooms add up to it) but
+        # tells the planner how few rows come: a limit it cannot compute is taken
+        # as a tenth of the table, and it would then hash the whole table to join.
         self.sql_claim = (
-            f"WITH {', '.join(branches)}, due AS ({_union(BRANCHES)}) "
+            f"WITH {', '.join(branches)}, due AS (SELECT * FROM ({_union(BRANCHES)}) AS u "
+            f"LIMIT %s) "
             f"UPDATE {table} AS t SET state = '{RUNNING}', attempts = t.attempts + 1, "
             f"claim_token = md5(%s || t.id), claim_until = %s, updated_at = %s "
             f"FROM due WHERE t.id = due.id "
             f"RETURNING {', '.join('t.' + self.connection.ops.quote_name(c) for c in self.columns)}"
             f", due.was, due.lease_end"
         )
+        # The claim of priority 0 alone: the statement of the claim before
+        # priorities, with a flag on each row that says whether intents of other
+        # priorities are pending and due (one lookup in a partial index of its
+        # own, migration 0007). It plans in half the time of the three branches.
+        returned = ", ".join("t." + self.connection.ops.quote_name(c) for c in self.columns)
+        self.sql_claim_zero = (
+            f"WITH due AS MATERIALIZED (SELECT id, state AS was, claim_until AS lease_end "
+            f"FROM {table} WHERE {DUE} AND priority = 0{{filters}}{FLOOR} "
+            f"ORDER BY next_at, created_at, id LIMIT %s FOR UPDATE SKIP LOCKED) "
+            f"UPDATE {table} AS t SET state = '{RUNNING}', attempts = t.attempts + 1, "
+            f"claim_token = md5(%s || t.id), claim_until = %s, updated_at = %s "
+            f"FROM due WHERE t.id = due.id RETURNING {returned}, due.was, due.lease_end, "
+            f"EXISTS (SELECT 1 FROM {table} WHERE state = '{PENDING}' "
+            f"AND (priority > 0 OR priority < 0) AND next_at <= %s{{others}})"
+        )
+        # Per claimed kinds: whether the last claim saw intents of other priorities.
+        self._others_due: dict[tuple[str, ...] | None, bool] = {}
         # A claim of kinds with LIMITS, after the kinds' advisory locks (limit_lock).
         # One statement, as the plain claim: the live leases per target, the due
         # rows in order leaving out the targets and kinds with no room, then, in
@@ -201,46 +208,6 @@ class PostgreSQLBackend(Backend):
         }
         return ", ".join(fixed.get(column, f"r.{column}") for column in self.columns)
 
-    def cursor(self) -> Any:
-        """A cursor whose parameters the server binds, on psycopg 3.
-
-        Django binds parameters on the client by default, so every statement is
-        new text that the server parses and plans again, and psycopg spends more
-        time composing it than sending it. These statements are written to be
-        bound by the server (``%s`` only where a value goes), which made a single
-        ``enqueue`` about a third faster (docs/benchmarks.md). Nothing is
-        prepared unless ``OPTIONS["prepare_threshold"]`` says so, so connection
-        poolers keep working. The cursor is wrapped like Django's own, so query
-        logging and ``execute_wrapper`` see every statement.
-        """
-        connection = self.connection
-        if not is_psycopg3:
-            return connection.cursor()
-        connection.close_if_health_check_failed()
-        connection.ensure_connection()
-        connection.validate_thread_sharing()
-        with connection.wrap_database_errors:
-            # django-stubs type Django's cursor classes, not psycopg's subclass of them.
-            raw: Any = ServerBindingCursor(connection.connection)  # type: ignore[call-arg]
-        if self.fast_timestamps(connection):
-            raw.adapters.register_loader("timestamptz", TIMESTAMPTZ_LOADER)
-        if connection.queries_logged:
-            return connection.make_debug_cursor(raw)
-        return connection.make_cursor(raw)
-
-    @staticmethod
-    def fast_timestamps(connection: Any) -> bool:
-        """Whether psycopg's own C loader returns exactly what Django's would.
-
-        Django loads ``timestamptz`` with a Python subclass of psycopg's loader
-        that only replaces ``tzinfo`` with the connection's time zone; with
-        ``USE_TZ`` and a UTC session that is what the C loader returns anyway,
-        seven times faster: a claim of 500 intents parses 2,000 timestamps.
-        """
-        return bool(
-            TIMESTAMPTZ_LOADER is not None and settings.USE_TZ and connection.timezone_name == "UTC"
-        )
-
     def insert(self, rows: Sequence[dict[str, Any]]) -> list[str]:
         if len(rows) > 1:
             # One row gains nothing from the JSON form: its VALUES text is short
@@ -270,6 +237,13 @@ class PostgreSQLBackend(Backend):
             return "", []
         return " AND array_position(%s::text[], kind::text) IS NOT NULL", [list(kinds)]
 
+    def claim_queries(
+        self, *, now: datetime, limit: int, filters: ClaimFilters
+    ) -> list[tuple[str, list[Any]]]:
+        """One statement: the branches' parameters, then the claim's limit (``sql_claim``)."""
+        statement, params = self.branched(self.sql_claim, now=now, filters=filters, tail=[limit])
+        return [(statement, [*params, limit])]
+
     def candidate_queries(
         self, *, now: datetime, limit: int, filters: ClaimFilters
     ) -> list[tuple[str, list[Any]]]:
@@ -288,21 +262,6 @@ class PostgreSQLBackend(Backend):
             ordered += [*(floor_params if branch.floored else ()), *per_target, *running, fetch]
         statement = self.sql_limited_claim.replace("{filters}", where).replace(FLOOR, floor)
         return [(statement, ordered)]
-
-    @contextlib.contextmanager
-    def pipelined(self) -> Iterator[None]:
-        """Send the statements issued inside in one round trip, where psycopg can.
-
-        A limited claim is three statements (the transaction's start, the
-        kinds' locks, the claim) whose results only matter together; pipeline
-        mode sends them at once instead of waiting for each in turn.
-        """
-        raw = self.connection.connection
-        if is_psycopg3 and Pipeline.is_supported():
-            with raw.pipeline():
-                yield
-        else:
-            yield
 
     def claim(
         self, *, now: datetime, until: datetime, limit: int, filters: ClaimFilters
@@ -325,12 +284,7 @@ class PostgreSQLBackend(Backend):
                 cursor.execute(statement, [*params, *tail, limit])
                 rows = cursor.fetchall()
         else:
-            # The statement of claim_queries is the whole claim; its parameters end
-            # before the token salt, the lease end and the update time.
-            [(statement, params)] = self.claim_queries(now=now, limit=limit, filters=filters)
-            with self.cursor() as cursor:
-                cursor.execute(statement, [*params, *tail])
-                rows = cursor.fetchall()
+            rows = self.claim_by_priority(now=now, limit=limit, filters=filters, tail=tail)
         width = len(self.columns)
         intents = hydrate(self, [row[:width] for row in rows])
         claimed = [
@@ -338,6 +292,58 @@ class PostgreSQLBackend(Backend):
             for intent, row in zip(intents, rows, strict=True)
         ]
         return sorted(claimed, key=lambda pair: claim_order(pair[0]))
+
+    def claim_by_priority(
+        self, *, now: datetime, limit: int, filters: ClaimFilters, tail: list[Any]
+    ) -> list[Any]:
+        """A pool's claim above its floor uses the plain statement of priority 0
+        while no other priority is due; every other claim walks the three branches.
+
+        The plain statement says whether intents of other priorities are due;
+        the next claim of the same kinds then walks the three branches
+        (``sql_claim``), and so does this one at once for whatever room the
+        plain one left. A claim of the branches that took no intent of another
+        priority goes back to the plain one. So a pool whose queue never uses
+        priorities pays one small index lookup per claim, and an intent of a
+        higher priority waits one claim at most; a claim without a floor
+        (the manager's, a pool's full scan) always takes the exact order.
+        """
+        key = None if filters.kinds is None else tuple(filters.kinds)
+        rows: list[Any] = []
+        if filters.since is not None and not self._others_due.get(key, True):
+            statement, due, flag = self.zero_claim_query(now=now, limit=limit, filters=filters)
+            with self.cursor() as cursor:
+                cursor.execute(statement, [*due, *tail, *flag])
+                found = cursor.fetchall()
+            rows = [row[:-1] for row in found]
+            # A claim that found nothing of priority 0 cannot say: the branches then.
+            others = bool(found[0][-1]) if found else True
+            self._others_due[key] = others
+            if not others or len(rows) == limit:
+                return rows
+            limit -= len(rows)
+        # The statement of claim_queries is the whole claim; its parameters end
+        # before the token salt, the lease end and the update time.
+        [(statement, params)] = self.claim_queries(now=now, limit=limit, filters=filters)
+        with self.cursor() as cursor:
+            cursor.execute(statement, [*params, *tail])
+            branched = cursor.fetchall()
+        priority = self.columns.index("priority")
+        self._others_due[key] = any(row[priority] != 0 for row in branched)
+        return rows + branched
+
+    def zero_claim_query(
+        self, *, now: datetime, limit: int, filters: ClaimFilters
+    ) -> tuple[str, list[Any], list[Any]]:
+        """``sql_claim_zero``, the parameters of its claim and those of its flag; the
+        token salt, the lease end and the update time go between the two."""
+        where, params = self.filters(filters)
+        floor, floor_params = self.floor(filters)
+        others, others_params = self.kind_filter(filters.kinds)
+        at = self.dt(now)
+        statement = self.sql_claim_zero.replace("{filters}", where).replace(FLOOR, floor)
+        statement = statement.replace("{others}", others)
+        return statement, [at, at, *params, *floor_params, limit], [at, *others_params]
 
     def complete_many(
         self, pairs: list[tuple[str, str]], *, now: datetime
