@@ -253,3 +253,33 @@ def test_the_kind_filter_looks_unselective_to_the_planner_after_a_vacuum(vendor)
     zero = branch_plan(plan, "zero")  # the other priorities' branches hold no rows here
     assert "Index Scan using intents_claimable_idx" in zero, plan
     assert "Sort" not in zero, plan
+
+
+def test_every_claim_statement_fits_psycopgs_cache_of_converted_queries(vendor):
+    """psycopg converts a statement's ``%s`` to ``$n`` with a regular expression, and
+    caches the result only for statements of at most 4,096 bytes and 50 parameters:
+    a longer claim paid the conversion again on every call (0.5 ms, more than the
+    claim's own execution)."""
+    if vendor != "postgresql":
+        pytest.skip("the cache is psycopg's, PostgreSQL's driver")
+    from django.db import connection
+    from psycopg import _queries
+
+    from django_intents.limits import Limit
+
+    backend = backend_for(connection, Intent)
+    kinds = ["webhook", "a.rather.long.kind.name", "another.kind"]
+    limits = {"webhook": Limit(running=5, per_target=4), "another.kind": Limit(running=9)}
+    worst = ClaimFilters(kinds=kinds, since=T0, max_attempts=5)
+    tail = ["salt", at(30), at(1)]
+    statements = [
+        backend.claim_queries(now=at(1), limit=8, filters=worst)[0],
+        backend.candidate_queries(
+            now=at(1), limit=8, filters=ClaimFilters(kinds=kinds, max_attempts=5, limits=limits)
+        )[0],
+    ]
+    plain, due, flag = backend.zero_claim_query(now=at(1), limit=8, filters=worst)
+    statements.append((plain, [*due, *flag]))
+    for statement, params in statements:
+        assert len(statement.encode()) <= _queries.MAX_CACHED_STATEMENT_LENGTH, statement
+        assert len(params) + len(tail) + 1 <= _queries.MAX_CACHED_STATEMENT_PARAMS, statement

@@ -288,3 +288,39 @@ def test_each_branch_of_the_claim_walks_its_own_index_without_a_sort(vendor):
             assert index in plan, plan
         # Only the expired leases' branch sorts, and it holds only expired leases.
         assert plan.count("filesort") <= 1, plan
+
+
+def test_a_limited_claim_walks_the_other_priorities_only_after_one_was_seen_due(vendor):
+    """PostgreSQL: as the plain claim, a claim of a kind with LIMITS runs the
+    branch of priority 0 alone while its lock's statement sees no other
+    priority due; once it sees one, it walks every branch for the room it has left
+    and its next claim does too, even when the kind was full and it took nothing."""
+    if vendor != "postgresql":
+        pytest.skip("SQLite and MariaDB claim every branch in one cheap statement")
+    from django.test.utils import CaptureQueriesContext
+
+    declared = [*intents().get("EXTERNAL_KINDS", ())]
+    settings = intents(EXTERNAL_KINDS=declared, LIMITS={KIND: {"running": 3}})
+
+    def claim(now: float) -> tuple[list[str], str]:
+        with CaptureQueriesContext(connection) as queries:
+            ids = claimed_ids(5, now, lease=600)
+        return ids, " ".join(q["sql"] for q in queries)
+
+    with override_settings(INTENTS=settings):
+        zeros = [put(f"zero-{i}", due=i / 10) for i in range(3)]
+        claim(1)  # every branch, or priority 0 alone: it depends on the claims before
+        Intent.objects.filter(pk__in=zeros).update(
+            state="pending", claim_token="", claim_until=None
+        )
+        ids, sql = claim(1)
+        assert ids == zeros and "branch_high" not in sql
+        high = put("high", 7, due=2)
+        ids, sql = claim(3)  # the kind is full; the lock saw the high one: every branch too
+        assert ids == [] and "branch_high" in sql
+        Intent.objects.filter(pk=zeros[0]).update(
+            state="cancelled", claim_token="", claim_until=None
+        )
+        ids, sql = claim(4)
+        assert ids == [high] and "branch_high" in sql
+        assert row(high).state == "running"

@@ -91,7 +91,9 @@ class Backend:
         self.columns = tuple(str(field.column) for field in self.fields)
         self.column_list = ", ".join(q(column) for column in self.columns)
         meta = model._meta
-        paused = q(meta.apps.get_model(meta.app_label, "PausedKind")._meta.db_table)
+        self.paused_table = paused = q(
+            meta.apps.get_model(meta.app_label, "PausedKind")._meta.db_table
+        )
         self.not_paused = self.sql_not_paused.replace("{paused}", paused)
         self.sql_pause = self.sql_pause.replace("{paused}", paused)
         self.sql_resume = f"DELETE FROM {paused} WHERE kind = %s"
@@ -225,14 +227,20 @@ class Backend:
         return [self.branched(self.sql_claim, now=now, filters=filters, tail=[limit])]
 
     def branched(
-        self, statement: str, *, now: datetime, filters: ClaimFilters, tail: list[Any]
+        self,
+        statement: str,
+        *,
+        now: datetime,
+        filters: ClaimFilters,
+        tail: list[Any],
+        paused: bool = True,
     ) -> tuple[str, list[Any]]:
         """``statement``, made of one part per ``BRANCHES`` in order, with its parameters.
 
         Each part takes the due test's two times, the filters, the floor where
         it has one, then ``tail`` (its limit, where it has one).
         """
-        where, params = self.filters(filters)
+        where, params = self.filters(filters, paused=paused)
         floor, floor_params = self.floor(filters)
         at = self.dt(now)
         values: list[Any] = []
@@ -271,9 +279,10 @@ class Backend:
             cursor.execute(statement, params)
             return cursor.fetchone() is not None
 
-    def filters(self, filters: ClaimFilters) -> tuple[str, list[Any]]:
-        """The claim's conditions: not paused, and optionally the kinds, the attempts."""
-        where: str = self.not_paused
+    def filters(self, filters: ClaimFilters, *, paused: bool = True) -> tuple[str, list[Any]]:
+        """The claim's conditions: not paused (unless the statement tests that itself),
+        and optionally the kinds, the attempts."""
+        where: str = self.not_paused if paused else ""
         params: list[Any] = []
         kinds, kind_params = self.kind_filter(filters.kinds)
         where, params = where + kinds, params + kind_params

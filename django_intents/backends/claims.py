@@ -6,7 +6,7 @@ the module length limit (``tests/test_shape.py``) as it grows.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -86,6 +86,11 @@ BRANCHES = (
 
 # Where the claim floor (``since``) goes in the branch of priority 0.
 FLOOR = "{floor}"
+
+
+def branch_union(branches: Sequence[Branch]) -> str:
+    """The rows of the CTEs ``branch_<name>`` of ``branches``, one after the other."""
+    return " UNION ALL ".join(f"SELECT * FROM branch_{b.name}" for b in branches)
 
 
 def branches(part: str) -> str:

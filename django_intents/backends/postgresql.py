@@ -6,7 +6,6 @@ the server parses each text once per connection however the values change.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import secrets
 from collections.abc import Sequence
@@ -25,9 +24,9 @@ from .base import (
     Finished,
     claim_order,
 )
-from .claims import BRANCHES, FLOOR, Branch, Claimed, ClaimFilters, branch_parts
-from .limited import EXTRA, MAX_EXTRA_ROWS, MAX_LIMIT
+from .claims import BRANCHES, FLOOR, Claimed, ClaimFilters, branch_parts, branch_union
 from .pgcursors import ServerBoundCursors
+from .pglimited import LimitedClaims
 from .rows import hydrate, to_values
 
 # The columns a new intent takes from its caller; the rest are fixed or the batch's time.
@@ -38,7 +37,7 @@ JSON_TYPES = (
 )
 
 
-class PostgreSQLBackend(ServerBoundCursors, Backend):
+class PostgreSQLBackend(LimitedClaims, ServerBoundCursors, Backend):
     vendor = "postgresql"
     # The paused kinds as an array computed once per statement (an InitPlan).
     # Spelled as a CASE the planner cannot see into, the test is taken to keep
@@ -90,7 +89,7 @@ class PostgreSQLBackend(ServerBoundCursors, Backend):
         # tells the planner how few rows come: a limit it cannot compute is taken
         # as a tenth of the table, and it would then hash the whole table to join.
         self.sql_claim = (
-            f"WITH {', '.join(branches)}, due AS (SELECT * FROM ({_union(BRANCHES)}) AS u "
+            f"WITH {', '.join(branches)}, due AS (SELECT * FROM ({branch_union(BRANCHES)}) AS u "
             f"LIMIT %s) "
             f"UPDATE {table} AS t SET state = '{RUNNING}', attempts = t.attempts + 1, "
             f"claim_token = md5(%s || t.id), claim_until = %s, updated_at = %s "
@@ -115,49 +114,7 @@ class PostgreSQLBackend(ServerBoundCursors, Backend):
         )
         # Per claimed kinds: whether the last claim saw intents of other priorities.
         self._others_due: dict[tuple[str, ...] | None, bool] = {}
-        # A claim of kinds with LIMITS, after the kinds' advisory locks (limit_lock).
-        # One statement, as the plain claim: the live leases per target, the due
-        # rows in order leaving out the targets and kinds with no room, then, in
-        # that order, those that still fit their target's and their kind's room.
-        # Window functions cannot sit beside FOR UPDATE, so they rank ``due``. What
-        # is full is an array computed once (an InitPlan), not a join: a join
-        # would turn the ordered walk of the claim index into a scan and a sort.
-        # The test is spelled "(CASE ... THEN NULL ELSE 1 END) IS NOT NULL" so
-        # that the planner, which cannot see into it, takes it to keep almost
-        # every row (as with kind_filter) and walks the index in order; written
-        # "<> ALL (...)" it was estimated to keep one row in a hundred, and the
-        # planner sorted every due row to find the first few.
-        order = "ORDER BY priority DESC, next_at, created_at, id"
-        cap = "(%s::bigint[])[array_position(%s::text[], {}kind::text)]"  # a kind's cap, or NULL
-        # Each branch of due rows (claims.Branch) as in sql_claim.
-        due = branch_parts(
-            f"{{name}} AS MATERIALIZED (SELECT t.id, t.kind, t.target, t.priority, t.next_at, "
-            f"t.created_at, t.state AS was, t.claim_until AS lease_end, "
-            f"{cap.format('t.')} AS per_target, {cap.format('t.')} AS running "
-            f"FROM {table} AS t WHERE {DUE} AND {{branch}}{{filters}} "
-            f"AND (CASE WHEN t.kind || E'\\n' || t.target = ANY (ARRAY(SELECT kind || E'\\n' || "
-            f"target FROM live WHERE n >= {cap.format('')})) OR t.kind = ANY (ARRAY(SELECT kind "
-            f"FROM live GROUP BY kind HAVING sum(n) >= {cap.format('')})) "
-            f"THEN NULL ELSE 1 END) IS NOT NULL "
-            f"{{order}} LIMIT {{room}} FOR UPDATE OF t SKIP LOCKED)"
-        )
-        self.sql_limited_claim = (
-            f"WITH live AS MATERIALIZED (SELECT kind, target, count(*) AS n FROM {table} "
-            f"WHERE state = '{RUNNING}' AND claim_until > %s AND kind = ANY (%s::text[]) "
-            f"GROUP BY kind, target), {', '.join(due)}, due AS ({_union(BRANCHES)}), "
-            f"ranked AS (SELECT due.*, row_number() OVER (PARTITION BY kind, target {order}) "
-            f"+ COALESCE((SELECT n FROM live WHERE live.kind = due.kind "
-            f"AND live.target = due.target), 0) AS at_target FROM due), "
-            f"fitting AS (SELECT ranked.*, row_number() OVER (PARTITION BY kind {order}) "
-            f"+ COALESCE((SELECT sum(n) FROM live WHERE live.kind = ranked.kind), 0) AS at_kind "
-            f"FROM ranked WHERE per_target IS NULL OR at_target <= per_target) "
-            f"UPDATE {table} AS t SET state = '{RUNNING}', attempts = t.attempts + 1, "
-            f"claim_token = md5(%s || t.id), claim_until = %s, updated_at = %s "
-            f"FROM (SELECT id, was, lease_end FROM fitting WHERE running IS NULL "
-            f"OR at_kind <= running {order} LIMIT %s) AS chosen WHERE t.id = chosen.id "
-            f"RETURNING {', '.join('t.' + self.connection.ops.quote_name(c) for c in self.columns)}"
-            f", chosen.was, chosen.lease_end"
-        )
+        self.build_limited(returned)
         # Arrays keep the statement text the same whatever the batch size.
         self.sql_complete_many = (
             f"UPDATE {table} AS t SET state = '{COMPLETED}', {CLEAR_CLAIM}, "
@@ -176,10 +133,6 @@ class PostgreSQLBackend(ServerBoundCursors, Backend):
             f"%s::boolean[]) AS v(id, token, state, next_at, error, snooze) "
             f"WHERE t.id = v.id AND t.state = '{RUNNING}' AND t.claim_token = v.token "
             f"RETURNING t.id, t.kind, t.state, t.next_at <= %s"
-        )
-        # unnest keeps the array's order, so the locks are taken in the order given.
-        self.sql_limit_lock = (
-            "SELECT count(pg_advisory_xact_lock(k)) FROM unnest(%s::bigint[]) AS k"
         )
         self.sql_notify_kinds = (
             f"SELECT pg_notify('{NOTIFY_CHANNEL}', kind) FROM unnest(%s::text[]) AS kind"
@@ -244,45 +197,12 @@ class PostgreSQLBackend(ServerBoundCursors, Backend):
         statement, params = self.branched(self.sql_claim, now=now, filters=filters, tail=[limit])
         return [(statement, [*params, limit])]
 
-    def candidate_queries(
-        self, *, now: datetime, limit: int, filters: ClaimFilters
-    ) -> list[tuple[str, list[Any]]]:
-        """The limited claim is one statement here; its parameters end before the
-        token salt, the lease end, the update time and the claim's own limit."""
-        kinds = sorted(filters.limits)
-        per_target = [filters.limits[kind].per_target for kind in kinds], kinds
-        running = [filters.limits[kind].running for kind in kinds], kinds
-        where, params = self.filters(filters)
-        floor, floor_params = self.floor(filters)
-        at = self.dt(now)
-        fetch = min(limit * EXTRA, limit + MAX_EXTRA_ROWS, MAX_LIMIT)
-        ordered: list[Any] = [at, kinds]
-        for branch in BRANCHES:
-            ordered += [*per_target, *running, at, at, *params]
-            ordered += [*(floor_params if branch.floored else ()), *per_target, *running, fetch]
-        statement = self.sql_limited_claim.replace("{filters}", where).replace(FLOOR, floor)
-        return [(statement, ordered)]
-
     def claim(
         self, *, now: datetime, until: datetime, limit: int, filters: ClaimFilters
     ) -> list[Claimed]:
         tail = [_salt(), self.dt(until), self.dt(now)]
         if filters.limits:
-            # The kinds' advisory locks, held until the transaction ends, taken in
-            # one order by every claimer so that two claims of several kinds cannot
-            # deadlock; then the claim, in a statement of its own, whose snapshot
-            # sees every claim committed before the locks were granted.
-            [(statement, params)] = self.candidate_queries(now=now, limit=limit, filters=filters)
-            keys = sorted(lock_key(kind) for kind in filters.limits)
-            with (
-                self.write_transaction(),
-                self.cursor() as lock,
-                self.cursor() as cursor,
-                self.pipelined(),
-            ):
-                lock.execute(self.sql_limit_lock, [keys])
-                cursor.execute(statement, [*params, *tail, limit])
-                rows = cursor.fetchall()
+            rows = self.claim_limited(now=now, limit=limit, filters=filters, tail=tail)
         else:
             rows = self.claim_by_priority(now=now, limit=limit, filters=filters, tail=tail)
         width = len(self.columns)
@@ -368,21 +288,6 @@ class PostgreSQLBackend(ServerBoundCursors, Backend):
             if due_now:
                 cursor.execute(self.sql_notify_kinds, [due_now])
         return [(id, kind, state) for id, kind, state, _ in rows]
-
-
-def lock_key(kind: str) -> int:
-    """The advisory lock of a kind's limited claims: 64 bits of a hash of its name.
-
-    Advisory locks are per database, and any other user of them on the same
-    database would pick its own keys; a collision would only make two kinds'
-    limited claims wait for each other.
-    """
-    digest = hashlib.sha256(b"django_intents.limit\x00" + kind.encode()).digest()
-    return int.from_bytes(digest[:8], "big", signed=True)
-
-
-def _union(branches: Sequence[Branch]) -> str:
-    return " UNION ALL ".join(f"SELECT * FROM branch_{b.name}" for b in branches)
 
 
 def _salt() -> str:
