@@ -119,6 +119,9 @@ class Housekeeping:
         self._since = time.monotonic()
         self._next_report = self._since + self._report_interval
         self._next_prune = self._since + random.uniform(0, PRUNE_INTERVAL)  # noqa: S311
+        # Before the first claim, so a due slot is claimable from the first turn
+        # (a --drain pool runs the slot that was due when it started).
+        self._schedules.run_due(self._since)
 
     def count(self, outcome: Outcome) -> None:
         self._outcomes[outcome] += 1
