@@ -45,7 +45,7 @@ def check_schedule_kinds(app_configs: Any = None, **kwargs: Any) -> list[CheckMe
     _, errors = parse(getattr(settings, "INTENTS", None))
     if errors:
         return []
-    found = []
+    found: list[CheckMessage] = []
     for name, schedule in get_settings().schedules.items():
         try:
             check_kind(schedule.kind)

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import cast
 
 from django.db import router
 
@@ -149,7 +150,7 @@ class _Plan:
 
     def _has_history_before(self, slot: datetime, manager: IntentManager) -> bool:
         schedule = self.schedule
-        return (
+        return bool(
             manager.filter(
                 kind=schedule.kind,
                 event_id__startswith=schedule.prefix,
@@ -165,4 +166,4 @@ def _id(schedule: Schedule, slot: datetime) -> str:
 
 
 def _manager(using: str | None) -> IntentManager:
-    return Intent.objects.db_manager(using or router.db_for_write(Intent))
+    return cast(IntentManager, Intent.objects.db_manager(using or router.db_for_write(Intent)))
