@@ -7,6 +7,8 @@ process is in ``test_schedules_process.py``, DST in ``test_schedules_dst.py``.
 
 from __future__ import annotations
 
+import logging
+import math
 import threading
 from collections import Counter
 from datetime import UTC, datetime, timedelta
@@ -14,11 +16,12 @@ from typing import Any
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
-from django.db import connections
+from django.db import DatabaseError, connections
 from django.test import override_settings
 from django.utils import timezone
 
-from django_intents import intent_id
+from django_intents import housekeeping, intent_id
+from django_intents.housekeeping import ScheduleTick
 from django_intents.models import Intent
 from django_intents.schedules import MAX_CATCH_UP, enqueue_due
 
@@ -243,3 +246,53 @@ def test_now_defaults_to_the_current_time():
     before = timezone.now()
     [id] = enqueue_due()
     assert before - timedelta(minutes=1) < Intent.objects.get(pk=id).next_at <= timezone.now()
+
+
+# -- the pool's tick -------------------------------------------------------------------------
+
+
+def test_a_pool_without_schedules_of_its_kinds_never_queries_nor_wakes_for_them(
+    django_assert_num_queries,
+):
+    tick = ScheduleTick(["job"], "default")
+    with override_settings(INTENTS=intents(SCHEDULES={"p": {**HOURLY, "kind": "push"}})):
+        with django_assert_num_queries(0):
+            tick.run_due(0.0)
+        assert tick.wake_at() == math.inf
+    assert Intent.objects.count() == 0
+
+
+@every_minute()
+def test_a_pool_ticks_at_most_once_a_second(django_assert_num_queries):
+    tick = ScheduleTick(["job"], "default")
+    tick.run_due(100.0)  # enqueues the slot due now
+    with django_assert_num_queries(0):
+        tick.run_due(100.9)
+    assert tick.wake_at() == 101.0
+    with django_assert_num_queries(1):
+        tick.run_due(101.0)
+    assert Intent.objects.count() == 1
+
+
+@every_minute()
+def test_a_failing_tick_warns_once_keeps_the_pool_going_and_says_when_it_works_again(
+    monkeypatch, caplog
+):
+    tick, calls = ScheduleTick(["job"], "default"), []
+
+    def broken(**kwargs: Any) -> list[str]:
+        calls.append(kwargs)
+        raise DatabaseError("server closed the connection")
+
+    monkeypatch.setattr(housekeeping, "enqueue_due", broken)
+    with caplog.at_level(logging.INFO, logger="django_intents.worker"):
+        tick.run_due(1.0)
+        tick.run_due(2.0)
+        monkeypatch.undo()
+        tick.run_due(3.0)
+    assert calls == [{"kinds": ["job"], "using": "default"}] * 2
+    assert [r.getMessage() for r in caplog.records] == [
+        "enqueuing due schedule slots failed: DatabaseError: server closed the connection",
+        "enqueuing due schedule slots works again",
+    ]
+    assert Intent.objects.count() == 1  # the tick that worked enqueued the due slot
