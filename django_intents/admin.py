@@ -6,7 +6,8 @@ transitions, so every field is read-only and the administrative transitions
 ``admin_actions.py``) are offered as actions on the list and as buttons on one
 intent's page. Saving the change form would write a stale copy of the row over
 whatever a worker did in the meantime, so there is no form to save. Kinds
-are paused and resumed from the summary above the list (``admin_pauses.py``).
+are paused and resumed from the summary above the list (``admin_pauses.py``),
+under which the schedules are listed with their last and next slot.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from .admin_pauses import KIND_CHANGES, kind_view
 from .admin_summary import queue_summary
 from .humanize import pre_json, relative, timestamp
 from .models import Intent
+from .schedules import listing
 from .states import ACTIVE, TERMINAL, State
 
 try:
@@ -303,6 +305,7 @@ class IntentAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             **(extra_context or {}),
             # Lazy: only a page that renders the summary pays for its query.
             "intents_summary": SimpleLazyObject(queue_summary),
+            "intents_schedules": SimpleLazyObject(listing),  # no query without schedules
         }
         if self.has_change_permission(request):  # the summary's pause and resume buttons
             context["intents_kind_urls"] = {c.name: self._url(c.name) for c in KIND_CHANGES}

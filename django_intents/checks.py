@@ -7,8 +7,10 @@ from typing import Any
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, register
 
-from .conf import parse
-from .handlers import problems
+from .conf import get_settings, parse
+from .handlers import check_kind, problems
+
+SCHEDULE_KIND = "django_intents.E008"
 
 
 @register()
@@ -35,3 +37,25 @@ def check_handlers(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
         Error(problem.message, hint=problem.hint, obj=problem.obj, id=problem.check_id)
         for problem in problems()
     ]
+
+
+@register()
+def check_schedule_kinds(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """A schedule whose kind nothing runs would fill the table with slots no pool claims."""
+    _, errors = parse(getattr(settings, "INTENTS", None))
+    if errors:
+        return []
+    found: list[CheckMessage] = []
+    for name, schedule in get_settings().schedules.items():
+        try:
+            check_kind(schedule.kind)
+        except ValueError as exc:
+            found.append(
+                Error(
+                    f"INTENTS['SCHEDULES'][{name!r}]: {exc}",
+                    hint="Fix the schedule's kind, or register a handler for it.",
+                    obj=f"INTENTS['SCHEDULES'][{name!r}]",
+                    id=SCHEDULE_KIND,
+                )
+            )
+    return found

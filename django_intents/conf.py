@@ -18,6 +18,8 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
+from .cron import Schedule
+from .cron import parse as parse_schedules
 from .identity import check_text
 from .kinds import TASK_KIND
 from .limits import Limit
@@ -50,6 +52,7 @@ class IntentSettings:
     gauge_cache: float = 5.0
     db_error_timeout: float = 60.0
     limits: Mapping[str, Limit] = field(default_factory=dict)
+    schedules: Mapping[str, Schedule] = field(default_factory=dict)
 
     @property
     def renew_interval(self) -> float:
@@ -146,6 +149,13 @@ def _limits(key: str, value: Any) -> dict[str, Limit]:
         raise SettingError(key, str(exc)) from None
 
 
+def _schedules(key: str, value: Any) -> dict[str, Schedule]:
+    try:
+        return parse_schedules(value)
+    except ValueError as exc:
+        raise SettingError(key, str(exc)) from None
+
+
 _PARSERS: dict[str, tuple[str, Callable[[str, Any], Any]]] = {
     "HANDLERS": ("handlers", _handlers),
     "EXTERNAL_KINDS": ("external_kinds", _external_kinds),
@@ -160,6 +170,7 @@ _PARSERS: dict[str, tuple[str, Callable[[str, Any], Any]]] = {
     "GAUGE_CACHE": ("gauge_cache", _positive_number),
     "DB_ERROR_TIMEOUT": ("db_error_timeout", _positive_number),
     "LIMITS": ("limits", _limits),
+    "SCHEDULES": ("schedules", _schedules),
 }
 
 

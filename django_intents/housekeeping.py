@@ -6,22 +6,28 @@ turns the probe red. An idle pool touches the database on purpose now and
 then, so that being quiet is not mistaken for being stuck. The loop writes
 two values here; the metrics server's thread only reads them.
 
-``Housekeeping`` logs the throughput once per report interval, and applies
-``INTENTS["RETENTION"]`` a little at a time: one small batch a minute, at a
-jittered offset so that pools started together do not prune together.
+``Housekeeping`` logs the throughput once per report interval, applies
+``INTENTS["RETENTION"]`` a little at a time (one small batch a minute, at a
+jittered offset so that pools started together do not prune together), and
+enqueues the due slots of the schedules whose kind the pool runs, once a
+second (``ScheduleTick``).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import random
 import time
 from collections import Counter
+from collections.abc import Iterable
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from . import retention
+from .conf import get_settings
 from .outage import cause_text
+from .schedules import enqueue_due, schedules
 from .signals import Outcome
 
 # The pool's logger: operators filter on one name for everything a pool says.
@@ -29,6 +35,7 @@ log = logging.getLogger("django_intents.worker")
 
 PRUNE_INTERVAL = 60.0
 PRUNE_BATCH_SIZE = 100
+SCHEDULE_INTERVAL = 1.0  # SPEC §11: a pool enqueues its due slots at least once a second
 
 
 class Liveness:
@@ -64,12 +71,47 @@ class Liveness:
         return self._reached_at + self.window / 2
 
 
-class Housekeeping:
-    """The throughput report and retention pruning, each on its own clock."""
+class ScheduleTick:
+    """``enqueue_due`` for the pool's kinds once a second, on the pool's connection.
 
-    def __init__(self, *, report_interval: float, retention: bool) -> None:
+    A pool without schedules of its kinds never queries: the tick then never
+    wakes the loop either. A failure is logged once, until a tick works again;
+    the slot is enqueued by the next tick that works, while it is still due,
+    or by catch-up after that.
+    """
+
+    def __init__(self, kinds: Iterable[str], using: str) -> None:
+        self._kinds = list(kinds)
+        self._using = using
+        self._next = 0.0
+        self._failing = False
+
+    def wake_at(self) -> float:
+        return self._next if schedules(self._kinds) else math.inf
+
+    def run_due(self, now: float) -> None:
+        if now < self._next:
+            return
+        self._next = now + SCHEDULE_INTERVAL
+        try:
+            enqueue_due(kinds=self._kinds, using=self._using)
+        except Exception as exc:  # housekeeping must never stop the pool
+            if not self._failing:
+                log.warning("enqueuing due schedule slots failed: %s", cause_text(exc))
+            self._failing = True
+        else:
+            if self._failing:
+                log.info("enqueuing due schedule slots works again")
+            self._failing = False
+
+
+class Housekeeping:
+    """The throughput report, retention pruning and schedules, each on its own clock."""
+
+    def __init__(self, *, report_interval: float, kinds: Iterable[str], using: str) -> None:
         self._report_interval = report_interval
-        self._retention = retention
+        self._retention = get_settings().retention is not None
+        self._schedules = ScheduleTick(kinds, using)
         self._outcomes: Counter[Outcome] = Counter()
         self._since = self._next_report = self._next_prune = 0.0
 
@@ -77,12 +119,16 @@ class Housekeeping:
         self._since = time.monotonic()
         self._next_report = self._since + self._report_interval
         self._next_prune = self._since + random.uniform(0, PRUNE_INTERVAL)  # noqa: S311
+        # Before the first claim, so a due slot is claimable from the first turn
+        # (a --drain pool runs the slot that was due when it started).
+        self._schedules.run_due(self._since)
 
     def count(self, outcome: Outcome) -> None:
         self._outcomes[outcome] += 1
 
     def wake_at(self) -> float:
-        return min(self._next_report, self._next_prune) if self._retention else self._next_report
+        prune = self._next_prune if self._retention else math.inf
+        return min(self._next_report, prune, self._schedules.wake_at())
 
     def run_due(self, *, running: int) -> None:
         now = time.monotonic()
@@ -94,6 +140,7 @@ class Housekeeping:
                 retention.prune(batch_size=PRUNE_BATCH_SIZE, max_batches=1)
             except Exception as exc:  # housekeeping must never stop the pool
                 log.warning("retention pruning failed: %s", cause_text(exc))
+        self._schedules.run_due(now)
 
     def _report(self, now: float, running: int) -> None:
         elapsed = max(now - self._since, 1e-9)

@@ -15,7 +15,7 @@ The loop is built from parts that each own their state and are called only
 from the loop thread: how much to claim (``demand.py``), the claims held
 (``leases.py``), the results to record (``recorder.py``), the stop
 (``shutdown.py``), the end of a drain (``drain.py``), the outage rule
-(``outage.py``) and the housekeeping (``housekeeping.py``). The threads
+(``outage.py``) and the housekeeping, schedules included (``housekeeping.py``). The threads
 around it never share a field with it: worker threads and the event loop
 hand claims back through the ``finished`` queue, the listener and the
 threads ring the alarm, and ``stop()`` hands its deadline over through a
@@ -141,7 +141,7 @@ class WorkerPool:
             using=self._using, timeout=db_error_timeout, then="exiting", sleep=self._alarm.sleep
         )
         self._housekeeping = Housekeeping(
-            report_interval=report_interval, retention=settings.retention is not None
+            report_interval=report_interval, kinds=self._kinds, using=self._using
         )
         self._demand = Demand(self._workers)
         self._probe_first: bool | None = None  # known once connected (MySQL asks the server)

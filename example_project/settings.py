@@ -159,6 +159,20 @@ INTENTS = {
     # across every worker pool: switch the partner page to "hang" and watch
     # the rest of the queue keep moving while 2 wait on the hung partner.
     "LIMITS": {"webhook": {"running": 4, "per_target": 2}},
+    # A handler named by dotted path, beside the @handler ones of shop/handlers.py.
+    "HANDLERS": {"digest": "example_project.shop.digest.daily_digest"},
+    # Every morning at 06:00 shop time, yesterday's orders are summed up in the
+    # log, once, however many worker pools run: the slot's id is the same in
+    # each. The admin's intents list shows the last and next slot.
+    "SCHEDULES": {
+        "daily-digest": {
+            "cron": "0 6 * * *",
+            "tz": "Europe/Paris",
+            "kind": "digest",
+            "target": "ops@shop.example",
+            "payload": {"tz": "Europe/Paris"},
+        },
+    },
 }
 
 # @task functions (shop/tasks.py) are stored as intents of kind "django.tasks"

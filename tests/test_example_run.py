@@ -120,7 +120,11 @@ def test_drain_sets_up_a_fresh_shop_processes_every_intent_and_prints_a_summary(
     assert "creating" not in output  # this interpreter was used; no .venv was made
     assert "created superuser 'admin' (password 'admin')" in output
     rows = summary_rows(result.stdout)
-    assert set(rows) == {"django.tasks", "push", "webhook", "all"}, output
+    assert set(rows) == {"digest", "django.tasks", "push", "webhook", "all"}, output
+    # The daily digest's schedule: its most recent slot, enqueued by the first pool.
+    assert rows["digest"] == {
+        "pending": 0, "running": 0, "completed": 1, "cancelled": 0, "total": 1,
+    }  # fmt: skip
     # Each order's send_receipt task, enqueued with it as the order view does.
     assert rows["django.tasks"] == {
         "pending": 0,
@@ -145,7 +149,7 @@ def test_drain_sets_up_a_fresh_shop_processes_every_intent_and_prints_a_summary(
         "cancelled": 1,
         "total": SAMPLE_ORDERS,
     }
-    assert rows["all"]["total"] == 3 * SAMPLE_ORDERS + 1
+    assert rows["all"]["total"] == 3 * SAMPLE_ORDERS + 2
     assert f"receiver: {SAMPLE_ORDERS - 1} webhooks stored" in result.stdout
     assert f"{SAMPLE_ORDERS + 1} pushes sent, {SAMPLE_ORDERS} receipts sent" in result.stdout
     # The worker logged the retry and the cancellation, and the script drained again.

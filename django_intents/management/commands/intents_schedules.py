@@ -1,0 +1,46 @@
+"""``manage.py intents_schedules``: one line per schedule, with its last and next slot.
+
+The last slot is the latest slot intent in the table, whatever its state;
+the next one is the first slot that starts after now. Both are UTC, in the
+form slot event ids use, so a line can be matched with the intents it names;
+``-`` when there is none.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError
+from django.db import connections, router
+
+from ...models import Intent
+from ...schedules import listing
+from ...schema import require_table
+
+
+class Command(BaseCommand):
+    help = (
+        "List INTENTS['SCHEDULES']: name, cron, time zone, last slot and next slot (UTC). "
+        "Every pool enqueues the due slots of the schedules whose kind it runs."
+    )
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(
+            "--database",
+            metavar="ALIAS",
+            help="the database alias of the queue (default: the router's choice)",
+        )
+
+    def handle(self, *args: Any, database: str | None, **options: Any) -> None:
+        if database is not None and database not in connections:
+            raise CommandError(f"unknown database alias {database!r}")
+        using = database or router.db_for_write(Intent)
+        require_table(using)
+        rows = listing(using=using)
+        if not rows:
+            self.stdout.write("no schedules (INTENTS['SCHEDULES'] is empty)")
+            return
+        for row in rows:  # tab-separated: a cron expression has spaces of its own
+            s, last, upcoming = row.schedule, row.last_utc or "-", row.next_utc or "-"
+            self.stdout.write("\t".join([s.name, s.cron, s.tz, last, upcoming]))
