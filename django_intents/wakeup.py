@@ -34,7 +34,7 @@ from typing import Any
 from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from .backends.base import NOTIFY_CHANNEL
+from .backends.base import NOTIFY_CHANNEL, PRIORITY_CHANNEL
 
 log = logging.getLogger(__name__)
 
@@ -120,6 +120,10 @@ def start_waker(*, using: str, kinds: Collection[str], wake: Callable[[], None])
 class Listener(Waker):
     """``LISTEN`` on a dedicated connection and call ``wake`` for the pool's kinds.
 
+    A notification on PRIORITY_CHANNEL also tells the pool's claims that an
+    intent of another priority than 0 is due, so that its next claim takes it
+    instead of more of priority 0 (``PostgreSQLBackend.claim_by_priority``).
+
     A lost connection is reopened with backoff; until it is, the pool's
     polling still finds every intent, only later.
     """
@@ -141,7 +145,8 @@ class Listener(Waker):
             try:
                 wrapper = self._connect()
                 with wrapper.cursor() as cursor:
-                    cursor.execute(f"LISTEN {wrapper.ops.quote_name(NOTIFY_CHANNEL)}")
+                    for channel in (NOTIFY_CHANNEL, PRIORITY_CHANNEL):
+                        cursor.execute(f"LISTEN {wrapper.ops.quote_name(channel)}")
                 if failed:
                     log.info("LISTEN connection is back; wake-ups are immediate again")
                 else:
@@ -172,8 +177,20 @@ class Listener(Waker):
     def _receive(self, raw: Any) -> None:
         while not self._stopped.is_set():
             for notification in raw.notifies(timeout=self.WAIT):
-                if notification.payload in self._kinds:
-                    self._wake()
+                if notification.payload not in self._kinds:
+                    continue
+                if notification.channel == PRIORITY_CHANNEL:
+                    self._prioritized(notification.payload)
+                self._wake()
+
+    def _prioritized(self, kind: str) -> None:
+        """An intent of ``kind`` at another priority than 0 is due: tell the claims
+        (``PostgreSQLBackend.others_due``), which walk every priority from the next on."""
+        from .backends import backend_for
+        from .models import Intent
+
+        backend: Any = backend_for(connections[self._using], Intent)
+        backend.others_due(kind)
 
     def _connect(self) -> BaseDatabaseWrapper:
         """Open a connection with the alias's settings, but never from a pool.

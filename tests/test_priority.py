@@ -5,6 +5,7 @@ Time is driven by ``now=``; each test checks the rows it claims and leaves.
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -16,7 +17,7 @@ from django_intents.backends import ClaimFilters, backend_for
 from django_intents.floor import ClaimFloor
 from django_intents.models import Intent
 
-from .conftest import T0, at, branch_plan, external_kinds, intents, row, snapshot
+from .conftest import T0, at, branch_plan, intents, row, snapshot
 
 pytestmark = pytest.mark.django_db
 
@@ -119,18 +120,13 @@ def test_a_thousand_earlier_low_priority_intents_do_not_delay_a_high_one_beyond_
         for i in range(1000)
     ]
     Intent.objects.enqueue_many(items, now=T0)
-    floor = ClaimFloor(clock=lambda: 0.5)  # a pool's floor, set by a first full claim
-    floor.claimed(None, at(1), Intent.objects.claim_many(8, now=at(1)), 8)
-    assert (floor.since() is not None) == (low == 0)  # a floor is of priority 0 only
-    high = put("high", 10, due=2)  # enqueued after the pool's first claim
-    first = claimed_ids(8, 3, since=floor.since())
-    second = claimed_ids(8, 4, since=floor.since())
-    # The next claim takes it first, or, on PostgreSQL, the one after
-    # (a pool's plain claim of priority 0 saw it and handed over).
-    assert high in (first[0], second[0])
+    assert len(claimed_ids(8, 1)) == 8
+    high = put("high", 10, due=2)  # enqueued after a first claim
+    [first, *rest] = claimed_ids(8, 3)
+    assert first == high and high not in rest
     assert row(high).state == "running" and row(high).attempts == 1
-    assert Intent.objects.filter(state="running").count() == 24
-    assert Intent.objects.filter(state="pending").count() == 1000 - 23
+    assert Intent.objects.filter(state="running").count() == 16
+    assert Intent.objects.filter(state="pending").count() == 1000 - 15
 
 
 def test_a_claim_without_a_floor_always_takes_the_exact_priority_order():
@@ -141,14 +137,15 @@ def test_a_claim_without_a_floor_always_takes_the_exact_priority_order():
     assert {row(id).state for id in zeros[2:]} == {"pending"}
 
 
-def test_a_pool_claims_priority_zero_with_the_plain_statement_until_another_is_due(vendor):
+def test_a_pool_claims_priority_zero_with_the_plain_statement_until_told_or_run_out(vendor):
     """PostgreSQL: the three branches cost a third more planning than one, so a
-    pool's floored claims use the claim of priority 0 alone while no other
-    priority is due, and that claim's flag hands over to the branches."""
+    pool's floored claims use the claim of priority 0 alone until the pool's
+    listener hears of an intent of another priority, or priority 0 runs out."""
     if vendor != "postgresql":
         pytest.skip("SQLite and MariaDB claim every branch in one cheap statement")
     from django.test.utils import CaptureQueriesContext
 
+    backend = backend_for(connection, Intent)
     zeros = [put(f"zero-{i}", due=i / 10) for i in range(6)]
 
     def claim() -> tuple[list[str], str]:
@@ -156,41 +153,58 @@ def test_a_pool_claims_priority_zero_with_the_plain_statement_until_another_is_d
             ids = claimed_ids(2, 1, since=T0)
         return ids, " ".join(q["sql"] for q in queries)
 
-    claim()  # the branches (or the plain claim, from an earlier test), then the plain claim
+    claim()  # every branch (or the plain claim, after an earlier test), then the plain claim
     ids, sql = claim()
     assert ids == zeros[2:4] and "branch_high" not in sql
     high = put("high", 5, due=0.9)
-    ids, sql = claim()  # the plain claim fills up, and says another priority is due
-    assert ids == zeros[4:6] and "branch_high" not in sql
+    ids, sql = claim()  # nobody told it: priority 0 first
+    assert ids == [zeros[4], zeros[5]] and "branch_high" not in sql
     assert row(high).state == "pending"
-    ids, sql = claim()  # the branches
-    assert ids == [high] and "branch_high" in sql
-    ids, sql = claim()  # it took one of another priority: the branches again
-    assert ids == [] and "branch_high" in sql
     late = put("late", due=0.95)
-    ids, sql = claim()  # they took none of another priority: the plain claim
-    assert ids == [late] and "branch_high" not in sql
-    ids, sql = claim()  # a plain claim that finds nothing cannot tell: the branches too
+    ids, sql = claim()  # priority 0 runs out: every branch for the room left
+    assert ids == [high, late] and "branch_high" in sql
+    ids, sql = claim()  # that took one of another priority: every branch again
     assert ids == [] and "branch_high" in sql
+    more = [put(f"more-{i}", due=0.96 + i / 100) for i in range(3)]
+    ids, sql = claim()  # and none since: the plain claim
+    assert ids == more[:2] and "branch_high" not in sql
+    urgent = put("urgent", 9, due=0.99)
+    backend.others_due(KIND)  # what the listener does when PostgreSQL names the kind
+    ids, sql = claim()
+    assert ids == [urgent, more[2]] and "branch_high" in sql
 
 
-def test_an_expired_lease_of_a_high_priority_intent_is_rescued_before_pending_ones():
-    zero = put("zero")
-    high = put("high", 20)
-    [taken] = Intent.objects.claim_many(1, now=at(1), lease=5)
-    assert taken.id == high
-    assert claimed_ids(1, 10) == [high]  # its lease ran out at(6)
-    assert row(high).attempts == 2
-    assert row(zero).state == "pending"
+@pytest.mark.django_db(transaction=True)
+def test_an_enqueue_of_another_priority_is_heard_by_a_listening_pool(vendor):
+    """The insert names the kind on PRIORITY_CHANNEL too, at commit; the listener
+    then tells the claims."""
+    if vendor != "postgresql":
+        pytest.skip("LISTEN/NOTIFY is PostgreSQL's")
+    import threading
 
+    from django_intents.wakeup import Listener
 
-def test_paused_kinds_are_skipped_at_every_priority():
-    with external_kinds("other"):
-        high = put("high", 30)
-        other = Intent.objects.enqueue("other", "x", "t", now=T0, priority=-30)
-        Intent.objects.pause(KIND, now=T0)
-        assert claimed_ids(5, 1) == [other]
-        assert row(high).state == "pending"
+    backend: Any = backend_for(connection, Intent)
+    key = (KIND,)
+    woken = threading.Event()
+    listener = Listener(using="default", kinds=[KIND], wake=woken.set)
+    listener.start()
+    try:
+        assert listener.listening.wait(10)
+        backend._others_due[key] = False
+        put("plain")
+        assert woken.wait(10)
+        assert backend._others_due[key] is False  # priority 0 tells nothing
+        woken.clear()
+        put("urgent", 9)
+        assert woken.wait(10)
+        deadline = time.monotonic() + 10
+        while backend._others_due[key] is not True and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert backend._others_due[key] is True
+    finally:
+        listener.stop()
+    assert Intent.objects.filter(state="pending").count() == 2
 
 
 # -- the floor ----------------------------------------------------------------------
@@ -271,11 +285,11 @@ def test_each_branch_of_the_claim_walks_its_own_index_without_a_sort(vendor):
         ]:
             assert f"Index Scan using {index}" in branch_plan(plan, name), plan
         assert "Sort" not in plan, plan
-        statement, due, flag = backend.zero_claim_query(
+        statement, due = backend.zero_claim_query(
             now=at(1), limit=8, filters=ClaimFilters(since=T0, kinds=[KIND])
         )
         with backend.cursor() as cursor:
-            cursor.execute("EXPLAIN " + statement, [*due, "x" * 32, at(30), at(1), *flag])
+            cursor.execute("EXPLAIN " + statement, [*due, "x" * 32, at(30), at(1)])
             plain = "\n".join(line for (line,) in cursor.fetchall())
         assert "Index Scan using intents_claimable_idx" in plain, plain
         assert "Sort" not in plain, plain

@@ -50,6 +50,9 @@ CLAIM_ORDER = "ORDER BY next_at, created_at, id"
 FENCE = f"WHERE id = %s AND state = '{RUNNING}' AND claim_token = %s"
 # PostgreSQL's notification channel; the LISTEN side is wakeup.py.
 NOTIFY_CHANNEL = "django_intents"
+# Where PostgreSQL also names the kind when an intent of a priority other than 0
+# becomes due now: a pool's plain claim of priority 0 then hands over (postgresql.py).
+PRIORITY_CHANNEL = "django_intents_priority"
 # The largest LIMIT that SQLite, PostgreSQL and MariaDB all accept.
 MAX_LIMIT = 2**63 - 1
 

@@ -39,12 +39,6 @@ LOW = models.Index(
     fields=["-priority", "next_at", "created_at", "id"],
     name="intents_low_priority_idx",
 )
-# PostgreSQL only: what a pool's plain claim of priority 0 looks up to learn
-# whether intents of other priorities are pending and due (backends/postgresql.py).
-OTHERS = (
-    "CREATE INDEX intents_other_priorities_idx ON {table} (next_at) "
-    "WHERE state = 'pending' AND (priority > 0 OR priority < 0)"
-)
 MYSQL_OLD = {"intents_claim_mysql_idx": "(state, next_at, created_at, id)"}
 MYSQL_NEW = {
     "intents_claim_mysql_idx": "(state, next_at, created_at, id, priority)",
@@ -74,12 +68,7 @@ def _swap(apps: Apps, schema_editor: BaseDatabaseSchemaEditor, forward: bool) ->
         schema_editor.remove_index(model, index)
     for index in new:
         schema_editor.add_index(model, index)
-    if schema_editor.connection.vendor == "postgresql":
-        table = schema_editor.quote_name(model._meta.db_table)
-        if forward:
-            schema_editor.execute(OTHERS.replace("{table}", table))
-        else:
-            schema_editor.execute("DROP INDEX intents_other_priorities_idx")
+
 
 
 def forwards(apps: Apps, schema_editor: BaseDatabaseSchemaEditor) -> None:
