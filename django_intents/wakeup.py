@@ -31,9 +31,11 @@ import threading
 from collections.abc import Callable, Collection
 from typing import Any
 
+from django.apps import apps
 from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
+from .backends import backend_for
 from .backends.base import NOTIFY_CHANNEL, PRIORITY_CHANNEL
 
 log = logging.getLogger(__name__)
@@ -186,10 +188,8 @@ class Listener(Waker):
     def _prioritized(self, kind: str) -> None:
         """An intent of ``kind`` at another priority than 0 is due: tell the claims
         (``PostgreSQLBackend.others_due``), which walk every priority from the next on."""
-        from .backends import backend_for
-        from .models import Intent
-
-        backend: Any = backend_for(connections[self._using], Intent)
+        intent = apps.get_model("django_intents", "Intent")
+        backend: Any = backend_for(connections[self._using], intent)
         backend.others_due(kind)
 
     def _connect(self) -> BaseDatabaseWrapper:

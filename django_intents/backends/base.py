@@ -48,11 +48,9 @@ ACTIVE = f"(state = '{PENDING}' OR state = '{RUNNING}')"
 DUE = f"{ACTIVE} AND next_at <= %s AND NOT (state = '{RUNNING}' AND claim_until > %s)"
 CLAIM_ORDER = "ORDER BY next_at, created_at, id"
 FENCE = f"WHERE id = %s AND state = '{RUNNING}' AND claim_token = %s"
-# PostgreSQL's notification channel; the LISTEN side is wakeup.py.
-NOTIFY_CHANNEL = "django_intents"
-# Where PostgreSQL also names the kind when an intent of a priority other than 0
-# becomes due now: a pool's plain claim of priority 0 then hands over (postgresql.py).
-PRIORITY_CHANNEL = "django_intents_priority"
+# PostgreSQL's notification channels: new due work, and new due work of another
+# priority than 0 (postgresql.py, claim_by_priority); the LISTEN side is wakeup.py.
+NOTIFY_CHANNEL, PRIORITY_CHANNEL = "django_intents", "django_intents_priority"
 # The largest LIMIT that SQLite, PostgreSQL and MariaDB all accept.
 MAX_LIMIT = 2**63 - 1
 
@@ -68,9 +66,9 @@ class Backend:
     # Whether UPDATE ... RETURNING exists; without it a transition reads the
     # kind back by primary key.
     returning = True
-    # An index hint after the table name, where the planner needs one; ``{index}``
-    # takes the index of each branch of the claim (``claims.Branch``).
-    claim_hint = ""
+    # Index hints after the table name, where the planner needs one: each branch of
+    # the claim (``{index}``: ``claims.Branch.index``), and statements by id lists.
+    claim_hint = by_id = ""
     # What a batch of transitions locks its running rows with (``finish_many``).
     lock_running = ""
     # Set by each vendor: the insert that ignores known ids and returns kinds
@@ -142,7 +140,7 @@ class Backend:
             f"WHERE {DUE} AND {{branch}}{{filters}} LIMIT 1) AS {{name}}"
         )
         self.sql_claim_update = (
-            f"UPDATE {self.table} SET state = '{RUNNING}', attempts = attempts + 1, "
+            f"UPDATE {self.table}{self.by_id} SET state = '{RUNNING}', attempts = attempts + 1, "
             f"claim_token = CASE id {{cases}} END, claim_until = %s, updated_at = %s "
             f"WHERE id IN ({{ids}}) AND {ACTIVE}"
         )

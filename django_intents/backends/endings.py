@@ -55,7 +55,7 @@ def finish_by_case(backend: Backend, endings: Sequence[Ending], *, now: datetime
     marks = ", ".join(["%s"] * len(by_id))
     with backend.write_transaction(), backend.cursor() as cursor:
         cursor.execute(
-            f"SELECT id, kind, claim_token FROM {backend.table} "
+            f"SELECT id, kind, claim_token FROM {backend.table}{backend.by_id} "
             f"WHERE id IN ({marks}) AND state = '{RUNNING}'{backend.lock_running}",
             list(by_id),
         )
@@ -79,7 +79,8 @@ def finish_by_case(backend: Backend, endings: Sequence[Ending], *, now: datetime
             sets.append(f"snoozes = snoozes + CASE WHEN id IN ({marks}) THEN 1 ELSE 0 END")
             params += snoozed
         statement = (
-            f"UPDATE {backend.table} SET {', '.join(sets)}, {CLEAR_CLAIM}, updated_at = %s "
+            f"UPDATE {backend.table}{backend.by_id} SET {', '.join(sets)}, {CLEAR_CLAIM}, "
+            f"updated_at = %s "
             f"WHERE id IN ({', '.join(['%s'] * len(held))})"
         )
         cursor.execute(statement, [*params, backend.dt(now), *(id for id, _ in held)])
