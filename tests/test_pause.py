@@ -169,7 +169,8 @@ class TestQueryPlan:
             plan = " ".join(str(part) for line in cursor.fetchall() for part in line)
         assert index in plan, plan
         assert "TEMP B-TREE" not in plan.upper(), plan
-        assert "filesort" not in plan, plan
+        # Only MariaDB's branch of expired leases sorts, and it holds only those.
+        assert plan.count("filesort") <= 1, plan
         if vendor == "postgresql":
             assert "InitPlan" in plan, plan
             assert "Sort" not in plan, plan

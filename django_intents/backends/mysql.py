@@ -26,6 +26,8 @@ LOCK = " FOR UPDATE SKIP LOCKED"
 LIMIT_LOCK_WAIT = 10
 # The two halves of states.due, each an index range scan.
 PENDING_DUE = f"state = '{PENDING}' AND next_at <= %s"
+# The same for priorities other than 0, on the virtual column of migration 0007.
+PRIORITIZED_DUE = f"prioritized_state = '{PENDING}' AND next_at <= %s"
 EXPIRED = f"state = '{RUNNING}' AND claim_until <= %s"
 # The state-led indexes (migrations 0002 and 0007) that serve each branch here:
 # with most rows of priority 0, MariaDB would rather scan the table and sort.
@@ -61,14 +63,16 @@ class MySQLBackend(Backend):
         # the claim sorts what they found and keeps its limit.
         def parts(select: str, order: bool, tail: str) -> str:
             pending = [
-                part.replace(name, INDEXES[name])
-                for part, name in zip(
+                part.replace(branch.index, INDEXES[branch.index]).replace(
+                    "{due}", PENDING_DUE if branch.floored else PRIORITIZED_DUE
+                )
+                for part, branch in zip(
                     branch_parts(
                         f"(SELECT {select} FROM {self.table} FORCE INDEX ({{index}}) "
-                        f"WHERE {PENDING_DUE} AND {{branch}}{{filters}}"
+                        f"WHERE {{due}} AND {{branch}}{{filters}}"
                         f"{' {order}' if order else ''}{tail})"
                     ),
-                    [branch.index for branch in BRANCHES],
+                    BRANCHES,
                     strict=True,
                 )
             ]

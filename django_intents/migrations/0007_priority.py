@@ -8,7 +8,8 @@ priorities above and below 0 on a new, usually small, partial index.
 MySQL and MariaDB have no partial indexes and 0003 dropped the full copies
 Django made of the partial ones there, so the index changes are written per
 vendor: the state-led claim index of 0002 gains ``priority`` too, and one
-prioritized index, led by ``state``, serves both other branches (``priority DESC`` needs MariaDB 10.8
+prioritized index, led by a virtual column that is the state for other
+priorities and NULL for priority 0, serves both other branches (``priority DESC`` needs MariaDB 10.8
 or MySQL 8; older servers accept it and sort the few prioritized rows).
 
 Rebuilding the claim index takes a lock that blocks writes while it builds:
@@ -42,8 +43,16 @@ LOW = models.Index(
 MYSQL_OLD = {"intents_claim_mysql_idx": "(state, next_at, created_at, id)"}
 MYSQL_NEW = {
     "intents_claim_mysql_idx": "(state, next_at, created_at, id, priority)",
-    "intents_prioritized_mysql_idx": "(state, priority DESC, next_at, created_at, id)",
+    "intents_prioritized_mysql_idx": (
+        "(prioritized_state, priority DESC, next_at, created_at, id)"
+    ),
 }
+# MySQL and MariaDB: the state of an intent of another priority than 0, NULL for
+# priority 0, so that the prioritized index is not rewritten by every transition
+# of an intent of priority 0 (InnoDB leaves an entry whose values did not change).
+PRIORITIZED_STATE = (
+    "prioritized_state varchar(9) AS (CASE WHEN priority <> 0 THEN state END) VIRTUAL"
+)
 
 
 def _mysql(schema_editor: BaseDatabaseSchemaEditor, table: str, drop: dict, create: dict) -> None:
@@ -58,8 +67,12 @@ def _swap(apps: Apps, schema_editor: BaseDatabaseSchemaEditor, forward: bool) ->
     model: Any = apps.get_model("django_intents", "Intent")
     if schema_editor.connection.vendor == "mysql":
         table = schema_editor.quote_name(model._meta.db_table)
-        old, new = (MYSQL_OLD, MYSQL_NEW) if forward else (MYSQL_NEW, MYSQL_OLD)
-        _mysql(schema_editor, table, old, new)
+        if forward:
+            schema_editor.execute(f"ALTER TABLE {table} ADD COLUMN {PRIORITIZED_STATE}")
+            _mysql(schema_editor, table, MYSQL_OLD, MYSQL_NEW)
+        else:
+            _mysql(schema_editor, table, MYSQL_NEW, MYSQL_OLD)
+            schema_editor.execute(f"ALTER TABLE {table} DROP COLUMN prioritized_state")
         return
     old, new = [OLD_CLAIMABLE], [CLAIMABLE, HIGH, LOW]
     if not forward:
