@@ -172,6 +172,10 @@ def test_a_pool_claims_priority_zero_with_the_plain_statement_until_told_or_run_
     backend.others_due(KIND)  # what the listener does when PostgreSQL names the kind
     ids, sql = claim()
     assert ids == [urgent, more[2]] and "branch_high" in sql
+    ids, sql = claim()  # that took one of another priority: every branch again, finding none
+    assert ids == [] and "branch_high" in sql
+    ids, sql = claim()  # an idle pool's poll: the plain claim finds nothing and looks no further
+    assert ids == [] and "branch_high" not in sql
 
 
 @pytest.mark.django_db(transaction=True)

@@ -242,7 +242,10 @@ class PostgreSQLBackend(LimitedClaims, ServerBoundCursors, Backend):
             with self.cursor() as cursor:
                 cursor.execute(statement, [*params, *tail])
                 rows = cursor.fetchall()
-            if len(rows) == limit:
+            # Nothing of priority 0 above the floor: an idle pool's poll, which
+            # would pay the branches ten times a second for nothing. What the
+            # listener has not announced waits for the pool's full claim.
+            if len(rows) == limit or not rows:
                 return rows
             # Priority 0 ran out: the other priorities may have due intents.
             limit -= len(rows)
