@@ -65,12 +65,3 @@ class ClaimGroup:
     kinds: list[str]
     awaited: bool
     floor: ClaimFloor = field(default_factory=ClaimFloor)
-
-    @classmethod
-    def of(cls, kinds: list[str], awaited: bool, limited: set[str]) -> ClaimGroup:
-        """The group of ``kinds``; one with a kind in ``limited`` (``LIMITS``) claims
-        without a floor: an intent a limit held back stays below any floor the
-        claims after it would raise, and it must run as soon as a slot frees."""
-        if limited & set(kinds):
-            return cls(kinds, awaited, ClaimFloor(every=0.0))
-        return cls(kinds, awaited)

@@ -57,7 +57,13 @@ class ClaimFloor:
         self._full_scan_at = 0.0
 
     def claimed(
-        self, since: datetime | None, now: datetime, intents: list[Any], limit: int
+        self,
+        since: datetime | None,
+        now: datetime,
+        intents: list[Any],
+        limit: int,
+        *,
+        held_back: bool = False,
     ) -> None:
         """Record a claim of up to ``limit`` made at ``now`` with ``since``.
 
@@ -65,7 +71,18 @@ class ClaimFloor:
         claim's first intent may be of another priority and due later than
         intents of priority 0 it never reached, when it filled up before it
         walked them. Then it says nothing about the floor.
+
+        A claim that ``LIMITS`` may have held back from an intent it walked
+        leaves the floor where it is: that intent must stay above the floor
+        to run as soon as its slot frees. A floored claim walked nothing below
+        the floor, so the floor still holds; a full one may have been held
+        back from an intent below it, so the pool scans fully until a claim
+        holds nothing back.
         """
+        if held_back:
+            if since is None:
+                self._floor = None
+            return
         zero = [intent.next_at for intent in intents if intent.priority == 0]
         if zero:
             self.seen(since, now, min(zero))

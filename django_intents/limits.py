@@ -93,6 +93,7 @@ class Admission:
         self._limits = limits
         self._pairs: Counter[tuple[str, str]] = Counter(running)
         self._kinds: Counter[str] = Counter()
+        self.refused = 0
         for (kind, _), count in running.items():
             self._kinds[kind] += count
 
@@ -130,13 +131,16 @@ class Admission:
         return True
 
     def admit(self, intents: Iterable[Intent], limit: int) -> list[Intent]:
-        """The first ``limit`` of ``intents`` (in claim order) that fit, counting each one in."""
+        """The first ``limit`` of ``intents`` (in claim order) that fit, counting each one in;
+        ``refused`` counts those passed over on the way."""
         chosen: list[Intent] = []
         for intent in intents:
             if len(chosen) >= limit:
                 break
             if self.fits(intent.kind, intent.target):
                 chosen.append(intent)
+            else:
+                self.refused += 1
         return chosen
 
 

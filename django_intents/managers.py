@@ -21,6 +21,7 @@ from django.db import connections, models, router, transaction
 from . import states, validation
 from .backends import Backend, ClaimFilters, backend_for
 from .backends.base import MAX_LIMIT, Ending
+from .backends.claims import Claims
 from .conf import get_settings
 from .handlers import check_kind
 from .identity import check_id, check_text
@@ -132,7 +133,7 @@ class IntentManager(PauseMethods, models.Manager.from_queryset(IntentQuerySet)):
         lease: float | timedelta | None = None,
         kinds: Iterable[str] | None = None,
         since: datetime | None = None,
-    ) -> list[Intent]:
+    ) -> Claims[Intent]:
         """Claim up to ``limit`` due intents in claim order, in one transaction.
 
         ``since`` leaves out intents whose ``next_at`` is earlier. A pool passes
@@ -142,6 +143,8 @@ class IntentManager(PauseMethods, models.Manager.from_queryset(IntentQuerySet)):
         With ``MAX_ATTEMPTS``, cancelling expired leases that used their last
         attempt is left to a claim without ``since``: one statement fewer on
         most of a pool's claims, and such a lease is never claimed meanwhile.
+        The list's ``held_back`` says whether ``LIMITS`` may have held back a
+        due intent the claim passed, which keeps a pool's floor where it is.
         """
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise ValueError(f"limit must be a positive integer, not {limit!r}")
@@ -150,7 +153,7 @@ class IntentManager(PauseMethods, models.Manager.from_queryset(IntentQuerySet)):
         settings = get_settings()
         filters = _filters(kinds, since, settings.max_attempts)
         if filters.kinds == []:
-            return []
+            return Claims()
         # Every claim applies the limits (SPEC §10): a pool's, and this one's for a caller.
         filters = replace(filters, limits=applying(settings.limits, filters.kinds))
         backend = self._backend()
@@ -173,7 +176,7 @@ class IntentManager(PauseMethods, models.Manager.from_queryset(IntentQuerySet)):
         ]
         if rescued and intents_rescued.has_listeners(self.model):
             _after_commit(backend, lambda: intents_rescued.send(sender=self.model, rescued=rescued))
-        return [intent for intent, _ in claimed]
+        return Claims([intent for intent, _ in claimed], held_back=claimed.held_back)
 
     def has_due(
         self,

@@ -89,10 +89,8 @@ class WorkerPool:
         self._workers = settings.workers if workers is None else workers
         self._concurrency = settings.concurrency if concurrency is None else concurrency
         awaited = {kind for kind, h in self._handlers.items() if is_async(h)}
-        limited = set(settings.limits)
         self._groups = [
-            ClaimGroup.of([k for k in self._kinds if (k in awaited) is a], a, limited)
-            for a in (False, True)
+            ClaimGroup([k for k in self._kinds if (k in awaited) is a], a) for a in (False, True)
         ]
         self._lease = settings.lease if lease is None else lease
         if renew is None:
@@ -292,7 +290,7 @@ class WorkerPool:
             free, now=now, lease=self._lease, kinds=group.kinds, since=since
         )
         self._liveness.reached()
-        floor.claimed(since, now, intents, free)
+        floor.claimed(since, now, intents, free, held_back=intents.held_back)
         if not intents:
             return self._drained_below(since)
         claims = [

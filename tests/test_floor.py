@@ -125,3 +125,23 @@ class TestClaimFloor:
         floor.seen(None, at(10), None)
         floor.rescan()
         assert floor.since() is None
+
+    def test_a_floored_claim_a_limit_held_back_leaves_the_floor_where_it_was(self):
+        floor, _ = self.make()
+        floor.seen(None, at(10), at(5))
+        intents = [Intent(next_at=at(7), priority=0)]
+        floor.claimed(at(5), at(10.5), intents, 1, held_back=True)
+        assert floor.since() == at(5)
+        floor.claimed(at(5), at(10.6), intents, 1)
+        assert floor.since() == at(7)
+
+    def test_a_full_claim_a_limit_held_back_keeps_the_pool_scanning_fully(self):
+        floor, clock = self.make()
+        floor.seen(None, at(10), at(5))
+        clock.now += 1.5
+        floor.claimed(None, at(11), [Intent(next_at=at(8), priority=0)], 1, held_back=True)
+        # What was held back may lie below any floor: scan fully until a claim holds nothing back.
+        assert floor.since() is None
+        floor.claimed(None, at(11.1), [Intent(next_at=at(8), priority=0)], 1)
+        assert floor.since() == at(8)
+

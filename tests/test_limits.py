@@ -18,6 +18,7 @@ from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 from django.db import connection, connections
 from django.test import override_settings
+from django.test.utils import CaptureQueriesContext
 
 from django_intents import metrics
 from django_intents.admin_summary import queue_summary
@@ -39,6 +40,15 @@ HOOK, FREE = "l.hook", "l.free"
 def kinds() -> Iterator[None]:
     with external_kinds(HOOK, FREE):
         yield
+
+
+@pytest.fixture(autouse=True)
+def unlearned() -> None:
+    """PostgreSQL's backend, kept per process, learns from claims what the next
+    should run (``backends/pglimited.py``): each test starts from nothing."""
+    backend = Intent.objects._backend()
+    for learned in ("_others_due", "_tight"):
+        getattr(backend, learned, {}).clear()
 
 
 def limits(**caps: dict[str, int]) -> Any:
@@ -184,7 +194,16 @@ def test_a_claim_of_only_a_full_kind_returns_nothing_and_changes_nothing():
     assert list(Intent.objects.order_by("id").values_list()) == before
 
 
-def test_concurrent_claimers_never_exceed_the_limits(vendor):
+@pytest.mark.parametrize(
+    "caps, size",
+    [
+        pytest.param({"running": 4, "per_target": 1}, 3, id="always-short-of-room"),
+        # Room for a claim of 2 while no target runs more than 1: on PostgreSQL
+        # the claims go back and forth between the plain and the exact claim.
+        pytest.param({"running": 6, "per_target": 3}, 2, id="room-comes-and-goes"),
+    ],
+)
+def test_concurrent_claimers_never_exceed_the_limits(vendor, caps, size):
     # SQLite lets one writer in at a time: its threads queue on the busy timeout.
     n_threads = 2 if vendor == "sqlite" else 6
     targets = [f"t{i % 5}" for i in range(60)]
@@ -197,7 +216,7 @@ def test_concurrent_claimers_never_exceed_the_limits(vendor):
         try:
             barrier.wait()
             for _ in range(8):
-                for intent in Intent.objects.claim_many(3, now=at(100)):
+                for intent in Intent.objects.claim_many(size, now=at(100)):
                     seen.append(running_per_target())
                     Intent.objects.complete(intent.id, intent.claim_token, now=at(100))
         except BaseException as exc:  # noqa: BLE001 - reported below
@@ -205,7 +224,7 @@ def test_concurrent_claimers_never_exceed_the_limits(vendor):
         finally:
             connections.close_all()
 
-    with limits(running=4, per_target=1):
+    with limits(**caps):
         threads = [threading.Thread(target=claimer) for _ in range(n_threads)]
         for thread in threads:
             thread.start()
@@ -214,9 +233,68 @@ def test_concurrent_claimers_never_exceed_the_limits(vendor):
     assert errors == []
     assert seen, "no claim succeeded"
     for counts in seen:
-        assert max(counts.values(), default=0) <= 1, counts
-        assert sum(counts.values()) <= 4, counts
+        assert max(counts.values(), default=0) <= caps["per_target"], counts
+        assert sum(counts.values()) <= caps["running"], counts
     assert Intent.objects.filter(state="running").count() == 0
+    assert Intent.objects.filter(attempts__gt=1).count() == 0
+
+
+# -- what a claim says about what it held back (the pool's floor) -------------------
+
+
+def test_a_claim_that_passed_a_full_target_says_it_held_back_an_intent():
+    ids = enqueue(["a", "a", "b"])
+    with limits(per_target=1):
+        claimed = Intent.objects.claim_many(10, now=at(60))
+    assert [i.id for i in claimed] == [ids[0], ids[2]]
+    assert claimed.held_back
+    assert Intent.objects.get(id=ids[1]).state == "pending"
+
+
+def test_a_claim_with_room_for_all_of_it_holds_nothing_back():
+    ids = enqueue(["a", "b", "a", "c"])
+    with limits(per_target=5, running=10):
+        first = Intent.objects.claim_many(2, now=at(60))
+        second = Intent.objects.claim_many(2, now=at(60))
+    # PostgreSQL's first claim is the exact one, which cannot tell (``Claims``).
+    assert not second.held_back
+    assert [i.id for i in [*first, *second]] == ids
+    assert running_per_target() == {"a": 2, "b": 1, "c": 1}
+
+
+@pytest.mark.parametrize("per_target", [1, 50], ids=["exact", "with-room"])
+def test_a_limited_claim_above_a_floor_leaves_out_what_is_below_it(per_target):
+    ids = enqueue(["a", "b", "c", "d", "e", "f"])
+    with limits(per_target=per_target):
+        first = Intent.objects.claim_many(2, now=at(60), since=at(2))
+        second = Intent.objects.claim_many(2, now=at(60), since=at(2))
+    assert [i.id for i in [*first, *second]] == ids[2:]
+    below = Intent.objects.filter(id__in=ids[:2])
+    assert [(r.state, r.attempts) for r in below] == [("pending", 0)] * 2
+
+
+def test_postgresql_claims_plainly_while_there_is_room_and_exactly_when_short(vendor):
+    if vendor != "postgresql":
+        pytest.skip("the plain claim with room is PostgreSQL's; elsewhere one claim counts")
+    ids = enqueue(["a", "a", "a", "b", "c"])
+    statements: list[str] = []
+
+    def claim() -> list[str]:
+        with CaptureQueriesContext(connection) as queries:
+            claimed = Intent.objects.claim_many(1, now=at(60))
+        statements.append(" ".join(q["sql"] for q in queries.captured_queries))
+        return [i.id for i in claimed]
+
+    with limits(per_target=2):
+        taken = [claim(), claim(), claim(), claim()]
+    # 1: exact (other priorities unknown); 2: room for 1 more of "a"; 3: "a" is
+    # full, so the plain claim takes nothing and the exact one passes "a"; 4:
+    # exact at once, for TIGHT_FOR.
+    assert taken == [[ids[0]], [ids[1]], [ids[3]], [ids[4]]]
+    roomy = ["SELECT claimed.*, room.ok" in sql for sql in statements]
+    exact = ["ranked AS" in sql for sql in statements]
+    assert (roomy, exact) == ([False, True, True, False], [True, False, True, True])
+    assert Intent.objects.get(id=ids[2]).state == "pending"
 
 
 EXPLAIN = {"postgresql": "EXPLAIN ", "mysql": "EXPLAIN ", "sqlite": "EXPLAIN QUERY PLAN "}

@@ -28,6 +28,7 @@ from .claims import (
     FLOOR,
     Claimed,
     ClaimFilters,
+    Claims,
     branches,
     claim_order,
     exclusions,
@@ -173,7 +174,7 @@ class Backend:
 
     def claim(
         self, *, now: datetime, until: datetime, limit: int, filters: ClaimFilters
-    ) -> list[Claimed]:
+    ) -> Claims[Claimed]:
         """Claim up to ``limit`` due intents, in claim order, in one transaction.
 
         By default the due rows are selected (``claim_queries``), then updated
@@ -186,7 +187,7 @@ class Backend:
         with self.write_transaction(), self.cursor() as cursor:
             rows = self.due_rows(cursor, self.claim_queries(now=now, limit=limit, filters=filters))
             intents = sorted(hydrate(self, rows), key=claim_order)[:limit]
-            return self.take(cursor, intents, now=now, until=until)
+            return Claims(self.take(cursor, intents, now=now, until=until))
 
     def due_rows(self, cursor: Any, queries: list[tuple[str, list[Any]]]) -> list[Any]:
         rows: list[Any] = []
@@ -257,8 +258,7 @@ class Backend:
 
     @contextlib.contextmanager
     def limit_lock(self, kinds: list[str]) -> Iterator[bool]:
-        """A write transaction in which no other claim of ``kinds`` runs; yields whether
-        it got one. Here SQLite's: ``BEGIN IMMEDIATE`` already lets one writer in."""
+        """A write transaction with no other claim of ``kinds``; yields whether it got one."""
         with self.write_transaction():
             yield True
 

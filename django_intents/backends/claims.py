@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..limits import Limit
 
@@ -45,6 +45,22 @@ def exclusions(filters: ClaimFilters) -> tuple[str, list[Any]]:
 
 
 Claimed = tuple["Intent", datetime | None]  # the intent, and the lease it took over, if any
+
+T = TypeVar("T")
+
+
+class Claims(list[T]):
+    """What a claim took, and whether a limit held back a due intent the claim passed.
+
+    A pool raises its claim floor (``floor.py``) past the intents a claim
+    walked only when none was held back: one that was must stay above the
+    floor, so that it runs as soon as its slot frees. A claim that cannot
+    tell says ``held_back``.
+    """
+
+    def __init__(self, items: Sequence[T] = (), *, held_back: bool = False) -> None:
+        super().__init__(items)
+        self.held_back = held_back
 
 
 def claim_order(intent: Intent) -> tuple[int, datetime, datetime, str]:

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..limits import Admission
 from ..states import State
-from .claims import Claimed, ClaimFilters, claim_order
+from .claims import Claimed, ClaimFilters, Claims, claim_order
 from .rows import hydrate
 
 if TYPE_CHECKING:
@@ -43,23 +43,25 @@ MAX_LIMIT = 2**63 - 1
 
 def claim(
     backend: Backend, *, now: datetime, until: datetime, limit: int, filters: ClaimFilters
-) -> list[Claimed]:
+) -> Claims[Claimed]:
     """Claim up to ``limit`` due intents, none of them beyond a limit."""
     kinds = sorted(filters.limits)
     with backend.limit_lock(kinds) as held, backend.cursor() as cursor:
         if not held:  # another claim of these kinds kept the lock too long; try next turn
-            return []
+            return Claims(held_back=True)
         admission = Admission(filters.limits, live_leases(backend, cursor, now, kinds))
         full_kinds, full_targets = admission.full()
         if filters.kinds is not None and set(filters.kinds) <= set(full_kinds):
-            return []  # nothing of these kinds may start: skip the scan
+            return Claims(held_back=True)  # nothing of these kinds may start: skip the scan
         scan = replace(filters, full_kinds=tuple(full_kinds), full_targets=tuple(full_targets))
         fetch = min(limit * EXTRA, limit + MAX_EXTRA_ROWS, MAX_LIMIT)
         rows = backend.due_rows(
             cursor, backend.candidate_queries(now=now, limit=fetch, filters=scan)
         )
         due = sorted(hydrate(backend, rows), key=claim_order)
-        return backend.take(cursor, admission.admit(due, limit), now=now, until=until)
+        taken = backend.take(cursor, admission.admit(due, limit), now=now, until=until)
+        held_back = bool(full_kinds or full_targets or admission.refused)
+        return Claims(taken, held_back=held_back)
 
 
 def live_leases(

@@ -7,7 +7,7 @@ size one can read.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from django.conf import settings
@@ -30,6 +30,7 @@ class ServerBoundCursors:
     """The cursor plumbing of ``PostgreSQLBackend``."""
 
     alias: str
+    write_transaction: Callable[[], contextlib.AbstractContextManager[None]]
 
     def cursor(self) -> Any:
         """A cursor whose parameters the server binds, on psycopg 3.
@@ -72,16 +73,28 @@ class ServerBoundCursors:
         )
 
     @contextlib.contextmanager
-    def pipelined(self) -> Iterator[None]:
-        """Send the statements issued inside in one round trip, where psycopg can.
+    def one_round_trip(self) -> Iterator[None]:
+        """Run the statements issued inside as one transaction, sent in one round trip.
 
-        A limited claim is three statements (the transaction's start, the
-        kinds' locks, the claim) whose results only matter together; pipeline
-        mode sends them at once instead of waiting for each in turn.
+        A limited claim is two statements (the kinds' advisory locks, the
+        claim) whose results only matter together. In autocommit, the
+        statements of a pipeline up to its Sync run as one implicit
+        transaction (PostgreSQL's extended query protocol), so no ``BEGIN``
+        or ``COMMIT`` is sent: the Sync at the pipeline's exit commits, and
+        releases the locks, as soon as the last statement ends, without a
+        round trip to the client in between. Read the results after the
+        block. Inside an atomic block, or without pipeline mode (psycopg 2),
+        the statements run in a write transaction as usual.
         """
-        raw = connections[self.alias].connection
-        if is_psycopg3 and Pipeline.is_supported():
-            with raw.pipeline():
+        connection = connections[self.alias]
+        if (
+            is_psycopg3
+            and Pipeline.is_supported()
+            and connection.get_autocommit()
+            and not connection.in_atomic_block
+        ):
+            with connection.wrap_database_errors, connection.connection.pipeline():
                 yield
         else:
-            yield
+            with self.write_transaction():
+                yield

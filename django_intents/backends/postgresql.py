@@ -25,7 +25,7 @@ from .base import (
     Finished,
     claim_order,
 )
-from .claims import BRANCHES, FLOOR, Claimed, ClaimFilters, branch_parts, branch_union
+from .claims import BRANCHES, FLOOR, Claimed, ClaimFilters, Claims, branch_parts, branch_union
 from .pgcursors import ServerBoundCursors
 from .pglimited import LimitedClaims
 from .rows import hydrate, to_values
@@ -116,6 +116,8 @@ class PostgreSQLBackend(LimitedClaims, ServerBoundCursors, Backend):
         # Per claimed kinds: whether intents of other priorities may be due
         # (claim_by_priority); the listener's hint sets it (others_due).
         self._others_due: dict[tuple[str, ...] | None, bool] = {}
+        # Per limited kinds: until when they claim exactly (``claim_limited``).
+        self._tight: dict[tuple[str, ...], float] = {}
         self.build_limited(returned)
         # Arrays keep the statement text the same whatever the batch size.
         self.sql_complete_many = (
@@ -206,19 +208,20 @@ class PostgreSQLBackend(LimitedClaims, ServerBoundCursors, Backend):
 
     def claim(
         self, *, now: datetime, until: datetime, limit: int, filters: ClaimFilters
-    ) -> list[Claimed]:
+    ) -> Claims[Claimed]:
         tail = [_salt(), self.dt(until), self.dt(now)]
         if filters.limits:
             rows = self.claim_limited(now=now, limit=limit, filters=filters, tail=tail)
         else:
-            rows = self.claim_by_priority(now=now, limit=limit, filters=filters, tail=tail)
+            rows = Claims(self.claim_by_priority(now=now, limit=limit, filters=filters, tail=tail))
         width = len(self.columns)
         intents = hydrate(self, [row[:width] for row in rows])
         claimed = [
             (intent, row[width + 1] if row[width] == RUNNING else None)
             for intent, row in zip(intents, rows, strict=True)
         ]
-        return sorted(claimed, key=lambda pair: claim_order(pair[0]))
+        claimed.sort(key=lambda pair: claim_order(pair[0]))
+        return Claims(claimed, held_back=rows.held_back)
 
     def claim_by_priority(
         self, *, now: datetime, limit: int, filters: ClaimFilters, tail: list[Any]
