@@ -144,4 +144,3 @@ class TestClaimFloor:
         assert floor.since() is None
         floor.claimed(None, at(11.1), [Intent(next_at=at(8), priority=0)], 1)
         assert floor.since() == at(8)
-
