@@ -13,6 +13,7 @@ from django.conf import settings
 from django.db import connection
 from django.test import override_settings
 
+from django_intents.backends import backend_for
 from django_intents.models import Intent
 
 from . import settings as suite_settings
@@ -72,6 +73,17 @@ def snapshot() -> list[tuple[Any, ...]]:
 @pytest.fixture
 def vendor() -> str:
     return connection.vendor
+
+
+@pytest.fixture(autouse=True)
+def unlearned() -> None:
+    """PostgreSQL's backend, built once per process, learns from each claim which
+    statement the next should run (``_others_due``, ``_tight``): without the
+    listener a pool has, what one test's claims taught it would steer the
+    next test's. Each test starts from nothing learned."""
+    backend = backend_for(connection, Intent)
+    for learned in ("_others_due", "_tight"):
+        getattr(backend, learned, {}).clear()
 
 
 # CI runs the same Hypothesis examples every time, so a red build is always

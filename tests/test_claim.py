@@ -277,11 +277,15 @@ def test_every_claim_statement_fits_psycopgs_cache_of_converted_queries(vendor):
             limit=8,
             filters=ClaimFilters(kinds=kinds, since=T0, max_attempts=5, limits=limits),
         )[0],
-        backend.roomy_query(
-            now=at(1),
-            limit=8,
-            filters=ClaimFilters(kinds=kinds, since=T0, max_attempts=5, limits=limits),
-        ),
+        *[
+            backend.roomy_query(
+                now=at(1),
+                limit=8,
+                filters=ClaimFilters(kinds=kinds, since=T0, max_attempts=5, limits=limits),
+                zero=zero,
+            )
+            for zero in (False, True)
+        ],
     ]
     statements.append(backend.zero_claim_query(now=at(1), limit=8, filters=worst))
     for statement, params in statements:

@@ -42,15 +42,6 @@ def kinds() -> Iterator[None]:
         yield
 
 
-@pytest.fixture(autouse=True)
-def unlearned() -> None:
-    """PostgreSQL's backend, kept per process, learns from claims what the next
-    should run (``backends/pglimited.py``): each test starts from nothing."""
-    backend = Intent.objects._backend()
-    for learned in ("_others_due", "_tight"):
-        getattr(backend, learned, {}).clear()
-
-
 def limits(**caps: dict[str, int]) -> Any:
     """``INTENTS`` with ``LIMITS`` for the hook kind (and the test kinds declared)."""
     declared = [*intents().get("EXTERNAL_KINDS", ()), HOOK, FREE]
@@ -255,8 +246,8 @@ def test_a_claim_with_room_for_all_of_it_holds_nothing_back():
     ids = enqueue(["a", "b", "a", "c"])
     with limits(per_target=5, running=10):
         first = Intent.objects.claim_many(2, now=at(60))
-        second = Intent.objects.claim_many(2, now=at(60))
-    # PostgreSQL's first claim is the exact one, which cannot tell (``Claims``).
+        second = Intent.objects.claim_many(2, now=at(60), since=at(0))
+    assert not first.held_back
     assert not second.held_back
     assert [i.id for i in [*first, *second]] == ids
     assert running_per_target() == {"a": 2, "b": 1, "c": 1}
@@ -281,19 +272,22 @@ def test_postgresql_claims_plainly_while_there_is_room_and_exactly_when_short(ve
 
     def claim() -> list[str]:
         with CaptureQueriesContext(connection) as queries:
-            claimed = Intent.objects.claim_many(1, now=at(60))
+            claimed = Intent.objects.claim_many(1, now=at(60), since=at(0))
         statements.append(" ".join(q["sql"] for q in queries.captured_queries))
         return [i.id for i in claimed]
 
     with limits(per_target=2):
         taken = [claim(), claim(), claim(), claim()]
-    # 1: exact (other priorities unknown); 2: room for 1 more of "a"; 3: "a" is
-    # full, so the plain claim takes nothing and the exact one passes "a"; 4:
-    # exact at once, for TIGHT_FOR.
+    # 1: plain, every branch (other priorities unknown); 2: plain, priority 0
+    # alone, room for 1 more of "a"; 3: "a" is full, so the plain claim takes
+    # nothing and the exact one passes "a"; 4: exact at once, for TIGHT_FOR.
     assert taken == [[ids[0]], [ids[1]], [ids[3]], [ids[4]]]
-    roomy = ["SELECT claimed.*, room.ok" in sql for sql in statements]
+    plain = ["SELECT claimed.*, room.ok" in sql for sql in statements]
+    branches = ["branch_high" in sql for sql in statements]
     exact = ["ranked AS" in sql for sql in statements]
-    assert (roomy, exact) == ([False, True, True, False], [True, False, True, True])
+    assert plain == [True, True, True, False]
+    assert branches == [True, False, False, False]
+    assert exact == [False, False, True, True]
     assert Intent.objects.get(id=ids[2]).state == "pending"
 
 

@@ -95,10 +95,11 @@ class LimitedClaims:
             branch_union([ZERO]),
         )
         # The claim while every limited kind has room for the whole claim
-        # (``claim_limited``): the plain claim of priority 0, gated by one
-        # test of the live leases, which the final SELECT also returns, so
-        # that a claim that took nothing still says whether it had room.
-        self.sql_limited_roomy = (
+        # (``claim_limited``): a plain claim, of every branch or of priority 0
+        # alone, each branch gated by one test of the live leases, which the
+        # final SELECT also returns, so that a claim that took nothing still
+        # says whether it had room.
+        gate = (
             f"WITH live AS MATERIALIZED (SELECT kind, max(n) AS most, sum(n) AS total FROM "
             f"(SELECT kind, count(*) AS n FROM {table} WHERE state = '{RUNNING}' "
             f"AND claim_until > %s AND kind = ANY (%s::text[]) GROUP BY kind, target) AS l "
@@ -108,22 +109,32 @@ class LimitedClaims:
             f"OR COALESCE(total, 0) + %s <= running)) AS ok "
             f"FROM unnest(%s::text[], %s::bigint[], %s::bigint[]) AS c(kind, per_target, running) "
             f"LEFT JOIN live USING (kind)), "
-            f"due AS MATERIALIZED (SELECT id, state AS was, claim_until AS lease_end "
-            f"FROM {table} WHERE {DUE} AND priority = 0{{filters}}{FLOOR} "
-            f"AND (SELECT ok FROM room) ORDER BY next_at, created_at, id LIMIT %s "
-            f"FOR UPDATE SKIP LOCKED), "
-            f"claimed AS (UPDATE {table} AS t SET state = '{RUNNING}', attempts = t.attempts + 1, "
-            f"claim_token = md5(%s || t.id), claim_until = %s, updated_at = %s "
-            f"FROM due WHERE t.id = due.id RETURNING {returned}, due.was, due.lease_end) "
-            f"SELECT claimed.*, room.ok FROM room LEFT JOIN claimed ON true"
         )
+
+        def gated(plain: str) -> str:
+            ctes, update = plain.removeprefix("WITH ").rsplit(" UPDATE ", 1)
+            ctes = ctes.replace("{filters}", " AND (SELECT ok FROM room){filters}")
+            return (
+                f"{gate}{ctes}, claimed AS (UPDATE {update}) "
+                f"SELECT claimed.*, room.ok FROM room LEFT JOIN claimed ON true"
+            )
+
+        self.sql_roomy_claim = gated(self.sql_claim)
+        self.sql_roomy_claim_zero = gated(self.sql_claim_zero)
         # unnest keeps the array's order, so the locks are taken in the order
         # given. The flag says whether intents of the kinds at other priorities
-        # are pending and due, for the next claim (``claim_limited``).
+        # are pending and due, for the next exact claim (``claim_exactly``): one
+        # test per partial index of those priorities.
+        others = " ".join(
+            f"{'OR ' if n else ''}EXISTS (SELECT 1 FROM {table} WHERE state = '{PENDING}' "
+            f"AND {branch.where} AND next_at <= %s AND kind = ANY (%s::text[]))"
+            for n, branch in enumerate(b for b in BRANCHES if not b.floored)
+        )
         self.sql_limit_lock = (
-            f"SELECT count(pg_advisory_xact_lock(k)), EXISTS (SELECT 1 FROM {table} "
-            f"WHERE state = '{PENDING}' AND (priority > 0 OR priority < 0) AND next_at <= %s "
-            f"AND kind = ANY (%s::text[])) FROM unnest(%s::bigint[]) AS k"
+            f"SELECT count(pg_advisory_xact_lock(k)), {others} FROM unnest(%s::bigint[]) AS k"
+        )
+        self.sql_limit_lock_only = (
+            "SELECT count(pg_advisory_xact_lock(k)) FROM unnest(%s::bigint[]) AS k"
         )
 
     def candidate_queries(
@@ -164,33 +175,31 @@ class LimitedClaims:
         """Lock the kinds, then claim: plainly while they have room, else exactly.
 
         While every limited kind has room for the whole claim (``per_target``
-        and ``running`` minus its live leases at least ``limit``), no intent
-        can be held back, so the claim is the plain claim of priority 0 and
-        its floor (``sql_limited_roomy``), a third the cost of the exact one.
-        A claim that finds too little room takes the exact statement, and so
-        do the claims of the next ``TIGHT_FOR`` seconds, rather than trying
-        the plain one first each time. Only the plain claim can say that it
-        held nothing back (``Claims``).
-
-        Priorities as ``PostgreSQLBackend.claim_by_priority``, except that
-        the flag comes from the lock's statement, so it is known even when
-        every target is full and the claim takes nothing: a claim of a limited
-        kind takes an intent of another priority by the claim after the one
-        that saw it due.
+        and ``running`` less its live leases at least ``limit``), no intent
+        can be held back, so the claim is a plain one gated by a count of the
+        live leases (``sql_roomy_claim``), half the cost of the exact one, and
+        it says that it held nothing back (``Claims``). Its priorities are as
+        ``PostgreSQLBackend.claim_by_priority``'s. A claim that finds too
+        little room takes the exact statement, and so do the claims of the
+        next ``TIGHT_FOR`` seconds, rather than trying the plain one first.
         """
         key = ("limited", *sorted(filters.limits))
-        if not self._others_due.get(key, True) and time.monotonic() >= self._tight.get(key, 0.0):
-            statement, params = self.roomy_query(now=now, limit=limit, filters=filters)
-            found, others = self.locked(statement, [*params, *tail], now=now, filters=filters)
-            if found[0][-1]:  # room for the whole claim: nothing was held back
-                rows = Claims(row[:-1] for row in found if row[0] is not None)
-                self._others_due[key] = others
-                if others and len(rows) < limit:
-                    rest = self.claim_exactly(
+        if time.monotonic() >= self._tight.get(key, 0.0):
+            zero = filters.since is not None and not self._others_due.get(key, True)
+            statement, params = self.roomy_query(now=now, limit=limit, filters=filters, zero=zero)
+            found, _ = self.locked(statement, [*params, *tail], filters=filters)
+            if found[0][-1]:  # room for the whole claim
+                rows = [row[:-1] for row in found if row[0] is not None]
+                if not zero:
+                    priority = self.columns.index("priority")
+                    self._others_due[key] = any(row[priority] != 0 for row in rows)
+                elif 0 < len(rows) < limit:  # priority 0 ran out: the others may be due
+                    self._others_due[key] = True
+                    rest = self.claim_limited(
                         now=now, limit=limit - len(rows), filters=filters, tail=tail
                     )
                     return Claims(rows + rest, held_back=rest.held_back)
-                return rows
+                return Claims(rows)
             self._tight[key] = time.monotonic() + TIGHT_FOR
         return self.claim_exactly(now=now, limit=limit, filters=filters, tail=tail)
 
@@ -203,16 +212,24 @@ class LimitedClaims:
         tail: list[Any],
     ) -> Claims[Any]:
         """The exact limited claim (``sql_limited_claim``), of priority 0 alone while
-        no other is due."""
+        no other is due.
+
+        The flag that says so comes from the lock's statement, so it is known
+        even when every target is full and the claim takes nothing: a claim
+        of a limited kind takes an intent of another priority by the claim
+        after the one that saw it due.
+        """
         key = ("limited", *sorted(filters.limits))
         zero = not self._others_due.get(key, True)
         [(statement, params)] = self.candidate_queries(
             now=now, limit=limit, filters=filters, zero=zero
         )
-        rows, others = self.locked(statement, [*params, *tail, limit], now=now, filters=filters)
+        lock = (self.sql_limit_lock, [*[self.dt(now), sorted(filters.limits)] * 2])
+        rows, (_, others) = self.locked(
+            statement, [*params, *tail, limit], filters=filters, lock=lock
+        )
         priority = self.columns.index("priority")
-        took_others = any(row[priority] != 0 for row in rows)
-        self._others_due[key] = others or took_others
+        self._others_due[key] = others or any(row[priority] != 0 for row in rows)
         if zero and others and len(rows) < limit:
             rest = self.claim_exactly(now=now, limit=limit - len(rows), filters=filters, tail=tail)
             rows += rest
@@ -223,34 +240,38 @@ class LimitedClaims:
         statement: str,
         params: list[Any],
         *,
-        now: datetime,
         filters: ClaimFilters,
-    ) -> tuple[list[Any], bool]:
+        lock: tuple[str, list[Any]] | None = None,
+    ) -> tuple[list[Any], Any]:
         """``statement`` run after the kinds' advisory locks, in one transaction and one
-        round trip (``one_round_trip``): its rows, and whether intents of the kinds at
-        other priorities are due."""
-        kinds = sorted(filters.limits)
-        keys = sorted(lock_key(kind) for kind in kinds)
-        with self.cursor() as lock, self.cursor() as cursor:
+        round trip (``one_round_trip``): its rows, and the lock statement's one row."""
+        lock_statement, lock_params = lock or (self.sql_limit_lock_only, [])
+        keys = sorted(lock_key(kind) for kind in filters.limits)
+        with self.cursor() as locks, self.cursor() as cursor:
             with self.one_round_trip():
-                lock.execute(self.sql_limit_lock, [self.dt(now), kinds, keys])
+                locks.execute(lock_statement, [*lock_params, keys])
                 cursor.execute(statement, params)
-            return cursor.fetchall(), bool(lock.fetchone()[1])
+            return cursor.fetchall(), locks.fetchone()
 
     def roomy_query(
-        self: PostgreSQLBackend, *, now: datetime, limit: int, filters: ClaimFilters
+        self: PostgreSQLBackend, *, now: datetime, limit: int, filters: ClaimFilters, zero: bool
     ) -> tuple[str, list[Any]]:
-        """``sql_limited_roomy`` and its parameters, less the token salt, the lease end
-        and the update time."""
+        """``sql_roomy_claim`` (or ``_zero``) and its parameters, less the token salt,
+        the lease end and the update time."""
         kinds = sorted(filters.limits)
         per_target = [filters.limits[kind].per_target for kind in kinds]
         running = [filters.limits[kind].running for kind in kinds]
-        where, filter_params = self.filters(filters)
-        floor, floor_params = self.floor(filters)
-        statement = self.sql_limited_roomy.replace("{filters}", where).replace(FLOOR, floor)
-        at = self.dt(now)
-        room = [limit, limit, kinds, per_target, running]
-        return statement, [at, kinds, *room, at, at, *filter_params, *floor_params, limit]
+        gate = [self.dt(now), kinds, limit, limit, kinds, per_target, running]
+        if zero:
+            template = self.sql_roomy_claim_zero
+            statement, params = self.zero_claim_query(
+                now=now, limit=limit, filters=filters, template=template
+            )
+            return statement, [*gate, *params]
+        statement, params = self.branched(
+            self.sql_roomy_claim, now=now, filters=filters, tail=[limit]
+        )
+        return statement, [*gate, *params, limit]
 
 
 def lock_key(kind: str) -> int:

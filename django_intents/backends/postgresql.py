@@ -263,14 +263,15 @@ class PostgreSQLBackend(LimitedClaims, ServerBoundCursors, Backend):
         return rows + branched
 
     def zero_claim_query(
-        self, *, now: datetime, limit: int, filters: ClaimFilters
+        self, *, now: datetime, limit: int, filters: ClaimFilters, template: str | None = None
     ) -> tuple[str, list[Any]]:
-        """``sql_claim_zero`` and its parameters, less the token salt, the lease end
-        and the update time."""
+        """``sql_claim_zero`` (or ``template``, which has its placeholders) and its
+        parameters, less the token salt, the lease end and the update time."""
         where, params = self.filters(filters)
         floor, floor_params = self.floor(filters)
         at = self.dt(now)
-        statement = self.sql_claim_zero.replace("{filters}", where).replace(FLOOR, floor)
+        statement = template or self.sql_claim_zero
+        statement = statement.replace("{filters}", where).replace(FLOOR, floor)
         return statement, [at, at, *params, *floor_params, limit]
 
     def others_due(self, kind: str) -> None:
