@@ -316,6 +316,31 @@ def test_the_limited_claim_scans_the_claim_index(vendor):
         assert "intents_claimable_idx" in plan or "intents_claim" in plan, plan
 
 
+def test_postgresql_asks_whether_other_priorities_are_due_of_their_small_indexes(vendor):
+    if vendor != "postgresql":
+        pytest.skip("the flag of the exact claim's lock is PostgreSQL's")
+    from django_intents.backends.pglimited import lock_key
+
+    for batch in range(10):  # a relay's backlog, in a table the planner knows nothing of
+        Intent.objects.enqueue_many(
+            [
+                {"kind": HOOK, "event_id": f"e{batch}-{i}", "target": f"t{i % 20}"}
+                for i in range(2000)
+            ]
+        )
+    backend = Intent.objects._backend()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "EXPLAIN " + backend.sql_limit_lock,
+            [at(60), [HOOK], at(60), [HOOK], [lock_key(HOOK)]],
+        )
+        plan = " ".join(row[0] for row in cursor.fetchall())
+    # Not through (kind, state), which reads every pending intent of the kind.
+    assert "intents_high_priority_idx" in plan, plan
+    assert "intents_low_priority_idx" in plan, plan
+    assert "intents_kind_state_idx" not in plan, plan
+
+
 # -- what a limit holds back: the admin, the gauge, the drain ------------------------
 
 
