@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from django.core.management import call_command
 from django.core.management.base import SystemCheckError
-from django.db import connection, connections
+from django.db import connection, connections, transaction
 from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 
@@ -339,6 +339,43 @@ def test_postgresql_asks_whether_other_priorities_are_due_of_their_small_indexes
     assert "intents_high_priority_idx" in plan, plan
     assert "intents_low_priority_idx" in plan, plan
     assert "intents_kind_state_idx" not in plan, plan
+
+
+def test_postgresql_holds_the_kinds_lock_for_the_claim_or_the_callers_transaction(vendor):
+    if vendor != "postgresql":
+        pytest.skip("advisory locks are PostgreSQL's")
+    from django_intents.backends.pglimited import lock_key
+
+    enqueue(["a", "b", "c"])
+
+    def free_elsewhere() -> bool:
+        """Whether another connection could take the kind's lock right now."""
+        result: list[bool] = []
+
+        def probe() -> None:
+            try:
+                with connection.cursor() as cursor:
+                    cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [lock_key(HOOK)])
+                    result.append(cursor.fetchone()[0])
+            finally:
+                connections.close_all()
+
+        thread = threading.Thread(target=probe)
+        thread.start()
+        thread.join(10)
+        return result == [True]
+
+    with limits(per_target=1):
+        # In autocommit the lock and the claim are one transaction, over when it returns.
+        assert len(Intent.objects.claim_many(1, now=at(60))) == 1
+        assert free_elsewhere()
+        # Inside the caller's transaction the claim's rows are not visible to
+        # other claims until it commits, so neither is the lock released.
+        with transaction.atomic():
+            assert len(Intent.objects.claim_many(1, now=at(60))) == 1
+            assert not free_elsewhere()
+        assert free_elsewhere()
+    assert running_per_target() == {"a": 1, "b": 1}
 
 
 # -- what a limit holds back: the admin, the gauge, the drain ------------------------
