@@ -27,6 +27,12 @@ DATABASES = {"default": database(VENDOR, NAME, WORK, variable="BENCH_DB")}
 DATABASES["default"]["CONN_MAX_AGE"] = None
 if os.environ.get("BENCH_SSB"):
     DATABASES["default"].setdefault("OPTIONS", {})["server_side_binding"] = True
+if os.environ.get("BENCH_PREPARE") and VENDOR == "postgresql":
+    # psycopg's prepared statements: parsed and planned once per connection
+    # (no transaction-mode pooler in front); the value is prepare_threshold.
+    DATABASES["default"].setdefault("OPTIONS", {})["prepare_threshold"] = int(
+        os.environ["BENCH_PREPARE"]
+    )
 
 SECRET_KEY = "django-intents-bench"  # noqa: S105
 DEBUG = False

@@ -1,10 +1,12 @@
 """PostgreSQL's claim of kinds with ``LIMITS``: the kinds' advisory locks, then one statement.
 
 The locks serialise the limited claims of a kind across every pool; the
-statement, run after them in the same transaction, sees every claim committed
-before they were granted, counts the live leases per target and per kind, and
-claims in order only what still fits (``limits.py`` says the rule; the
-portable version is ``limited.py``).
+statement, run after them in the same transaction (one round trip, see
+``pgcursors.one_round_trip``), sees every claim committed before they were
+granted. While the kinds are far from their caps it is the plain claim behind
+one count of the live leases; near them, the exact one, which counts the live
+leases per target and per kind and claims in order only what still fits
+(``limits.py`` says the rule; the portable version is ``limited.py``).
 """
 
 from __future__ import annotations
