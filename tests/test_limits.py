@@ -398,6 +398,41 @@ def test_postgresql_holds_the_kinds_lock_for_the_claim_or_the_callers_transactio
     assert running_per_target() == {"a": 1, "b": 1}
 
 
+def test_postgresql_a_limited_claim_that_fails_changes_nothing_and_frees_the_lock(vendor):
+    if vendor != "postgresql":
+        pytest.skip("the one-round-trip lock and claim are PostgreSQL's")
+    from django.db import DataError
+
+    from django_intents.backends.pglimited import lock_key
+
+    ids = enqueue(["a", "b"])
+    before = list(Intent.objects.order_by("id").values_list())
+    backend = Intent.objects._backend()
+    filters = ClaimFilters(kinds=[HOOK], limits={HOOK: Limit(per_target=1)})
+    # The claim statement fails on the server after the locks were granted.
+    with pytest.raises(DataError):
+        backend.locked(
+            "SELECT 1 / (count(*) - count(*)) FROM django_intents_intent", [], filters=filters
+        )
+    probe: list[bool] = []
+
+    def other_connection() -> None:
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [lock_key(HOOK)])
+                probe.append(cursor.fetchone()[0])
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=other_connection)
+    thread.start()
+    thread.join(10)
+    assert probe == [True]  # the failed transaction released the kinds' lock
+    assert list(Intent.objects.order_by("id").values_list()) == before
+    with limits(per_target=1):  # and the connection claims again
+        assert [i.id for i in Intent.objects.claim_many(5, now=at(60))] == ids
+
+
 # -- what a limit holds back: the admin, the gauge, the drain ------------------------
 
 
