@@ -18,6 +18,11 @@ completes half of the intents inside ``attempt.atomic()`` with a
 - terminate database connections from the server side (PostgreSQL,
   MariaDB/MySQL): the workers must reconnect.
 
+One live worker at a time runs with its clock ``--skew`` seconds off the
+database's (ahead, then behind in its replacement; ``bench/skew.py``): leases
+are judged by the database's clock, so it neither steals live leases nor
+keeps expired ones, and the verdict below holds with it.
+
 Then the faults stop, the queue drains, every worker gets SIGTERM, and the
 rows are checked: every intent completed, none lost or stuck; no intent
 completed by a claim token other than its last; an ``attempt.atomic()``
@@ -59,6 +64,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--lease", type=float, default=2.0, help="seconds")
     parser.add_argument("--grace", type=float, default=1.0, help="--grace of each process")
     parser.add_argument("--interval", type=float, default=1.0, help="mean seconds between faults")
+    parser.add_argument(
+        "--skew",
+        type=int,
+        default=30,
+        help="seconds one worker's clock is off the database's, ahead then behind (0: none)",
+    )
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--suffix", default="", help="database name suffix, for parallel runs")
     return parser.parse_args(argv)
@@ -164,6 +175,7 @@ class Worker:
     proc: subprocess.Popen[bytes]
     log: Path
     fate: str = "running"  # then paused, killed, terminating, stopping, hung; done once judged
+    skew: int = 0  # seconds its clock is off the database's
     wake_at: float = 0.0
     term_deadline: float = 0.0
 
@@ -192,6 +204,7 @@ class Soak:
     exits: Counter[str] = field(default_factory=Counter)
     violations: list[str] = field(default_factory=list)
     connections_terminated: int = 0
+    skewed: int = 0  # workers started with a skewed clock
     drained_in: float | None = None
     replacing: bool = True  # a worker that dies on its own is replaced until the final stop
 
@@ -211,19 +224,34 @@ class Soak:
             "--workers", str(args.threads), "--lease", str(args.lease),
             "--grace", str(args.grace),
         ]  # fmt: skip
+        skew, env = self.skew()
         with log.open("wb") as out:
             proc = subprocess.Popen(
                 command,
                 cwd=ROOT,
-                env=self.env,
+                env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
-        worker = Worker(number, proc, log)
+        worker = Worker(number, proc, log, skew=skew)
         self.workers.append(worker)
         return worker
+
+    def skew(self) -> tuple[int, dict[str, str]]:
+        """One live worker at a time has a skewed clock: ahead, then behind, by turns."""
+        from bench.skew import skewed_env
+
+        alive = self.live("running", "paused", "terminating", "stopping")
+        if not self.args.skew or any(w.skew for w in alive):
+            return 0, self.env
+        skew = self.args.skew if self.skewed % 2 == 0 else -self.args.skew
+        extra = skewed_env(self.args.db, skew)
+        if extra is None:
+            raise SystemExit("--skew needs a C compiler (bench/skew.py); --skew 0: none")
+        self.skewed += 1
+        return skew, {**self.env, **extra}
 
     def live(self, *fates: str) -> list[Worker]:
         return [w for w in self.workers if w.proc.poll() is None and w.fate in fates]
@@ -431,6 +459,8 @@ def verify(soak: Soak) -> list[str]:
         f"{'yes' if not not_once else f'NO ({not_once} intents)'}; "
         f"{unobserved} worker completions unobserved (killed before the receiver ran)",
         f"workers:     {len(soak.workers)} started; exits: {exits}; {drained}",
+        f"clocks:      {soak.skewed} of them, one at a time, with a clock {args.skew} s "
+        "off the database's, ahead and behind by turns",
     ]
 
 

@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 from bench.databases import database
+from bench.skew import SKEW_VARIABLE, skew_python_clocks
 
 ROOT = Path(__file__).resolve().parent.parent
 VENDOR = os.environ.get("CHAOS_DB", "sqlite")
@@ -25,4 +26,7 @@ USE_TZ = True
 TIME_ZONE = "UTC"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 INSTALLED_APPS = ["django_intents", "bench.chaosapp.apps.ChaosConfig"]
+if SKEW_VARIABLE in os.environ:  # the soak's skewed worker, on SQLite
+    skew_python_clocks(float(os.environ[SKEW_VARIABLE]))
+
 INTENTS = {"LEASE": float(os.environ.get("CHAOS_LEASE", "2"))}

@@ -22,7 +22,6 @@ from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import URLPattern, path, reverse
-from django.utils import timezone
 from django.utils.functional import SimpleLazyObject
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
@@ -34,6 +33,7 @@ from django.views.decorators.http import require_POST
 from .admin_actions import TRANSITIONS, Transition, action, apply, delete_selected
 from .admin_pauses import KIND_CHANGES, kind_view
 from .admin_summary import queue_summary
+from .clock import server_now
 from .humanize import pre_json, relative, timestamp
 from .models import Intent
 from .schedules import listing
@@ -177,7 +177,7 @@ class IntentAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
     @admin.display(description=gettext_lazy("next run"), ordering="next_at")
     def next_run(self, intent: Intent) -> SafeString | None:
-        now = timezone.now()
+        now = server_now(intent._state.db)
         if intent.state == State.PENDING:
             return timestamp(intent.next_at, relative(intent.next_at, now))
         if intent.state == State.RUNNING and intent.claim_until is not None:

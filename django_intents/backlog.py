@@ -13,9 +13,9 @@ from datetime import datetime
 
 from django.db import router
 from django.db.models import Count, DateTimeField, Min, Q, QuerySet, Value
-from django.utils import timezone
 
 from . import states
+from .clock import server_now
 from .conf import get_settings
 from .limits import Limits, held_back
 from .models import Intent, PausedKind
@@ -67,9 +67,9 @@ def read_backlog(
     serve however many finished intents the table keeps. Paused kinds are
     listed even with nothing waiting, so that they are seen and resumed.
     """
-    now = timezone.now() if now is None else now
-    due = states.due(now)
     using = using or router.db_for_read(Intent)
+    now = server_now(using) if now is None else now
+    due = states.due(now)
     rows = Intent.objects.using(using).order_by()
     if not finished:
         rows = rows.filter(state__in=states.ACTIVE)

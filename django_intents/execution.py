@@ -28,9 +28,9 @@ from typing import cast
 
 from django.db import Error as DatabaseFailure
 from django.db import close_old_connections, connections
-from django.utils import timezone
 
 from .attempt import Attempt
+from .clock import server_now
 from .exceptions import ClaimLost, Retry, Stop
 from .handlers import Handler
 from .models import Intent
@@ -84,7 +84,7 @@ class Claim:
         if self.outcome is Outcome.SNOOZED:
             # Measured here, not when the batch is recorded: "after 30 s" means
             # 30 s from the handler's raise, however long the result waits.
-            self.due = cast(Retry, error).due(timezone.now())
+            self.due = cast(Retry, error).due(server_now(self.intent._state.db, read=False))
         if self.outcome is Outcome.ERROR:
             log.debug("%s: traceback", self.name, exc_info=error)
 

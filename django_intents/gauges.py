@@ -18,12 +18,12 @@ from typing import Any, cast
 
 from django.core.signals import setting_changed
 from django.db import DatabaseError
-from django.utils import timezone
 from prometheus_client import REGISTRY
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from .backlog import KindBacklog, read_backlog
+from .clock import server_now
 from .conf import get_settings
 
 logger = logging.getLogger("django_intents.metrics")
@@ -85,7 +85,7 @@ class QueueCollector(Collector):
         held = dict.fromkeys((*kinds, OTHER), 0)
         stopped = dict.fromkeys((*kinds, OTHER), 0)
         ages = dict.fromkeys((*kinds, OTHER), 0.0)
-        now = timezone.now()
+        now = server_now()
         for row in rows:
             label = row.kind if row.kind in kinds else OTHER
             counts[label] += row.pending

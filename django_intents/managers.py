@@ -22,6 +22,7 @@ from . import states, validation
 from .backends import Backend, ClaimFilters, backend_for
 from .backends.base import MAX_LIMIT, Ending
 from .backends.claims import Claims
+from .clock import now_or
 from .conf import get_settings
 from .handlers import check_kind
 from .identity import check_id, check_text
@@ -29,7 +30,7 @@ from .limits import applying
 from .pauses import PauseMethods
 from .retries import backoff, gives_up
 from .signals import intents_rescued, intents_transitioned
-from .validation import aware, item_row, later, new_row, now_or
+from .validation import aware, item_row, later, new_row
 
 if TYPE_CHECKING:
     from .models import Intent
@@ -62,10 +63,10 @@ class IntentQuerySet(models.QuerySet["Intent"]):
 
     def due(self, now: datetime | None = None) -> IntentQuerySet:
         """Intents a claim at ``now`` could take: due pending ones and expired leases."""
-        return self.filter(states.due(now_or(now))).order_by(*ORDER)
+        return self.filter(states.due(now_or(now, self.db))).order_by(*ORDER)
 
     def expired(self, now: datetime | None = None) -> IntentQuerySet:
-        return self.filter(state=states.State.RUNNING, claim_until__lte=now_or(now))
+        return self.filter(state=states.State.RUNNING, claim_until__lte=now_or(now, self.db))
 
 
 class IntentManager(PauseMethods, models.Manager.from_queryset(IntentQuerySet)):  # type: ignore[misc]
@@ -88,7 +89,16 @@ class IntentManager(PauseMethods, models.Manager.from_queryset(IntentQuerySet)):
         A kind that no handler runs (and that ``INTENTS["EXTERNAL_KINDS"]`` does
         not list) is refused with a ``ValueError``, like any other invalid argument.
         """
-        row = new_row(kind, event_id, target, payload, next_at, id, now_or(now), priority=priority)
+        row = new_row(
+            kind,
+            event_id,
+            target,
+            payload,
+            next_at,
+            id,
+            now_or(now, self._alias()),
+            priority=priority,
+        )
         check_kind(row["kind"])
         backend = self._backend()
         self._announce(states.State.PENDING, backend.insert([row]), backend)
@@ -98,7 +108,7 @@ class IntentManager(PauseMethods, models.Manager.from_queryset(IntentQuerySet)):
         self, items: Iterable[Mapping[str, Any]], *, now: datetime | None = None
     ) -> list[str]:
         """Record many intents; every item is checked before anything is written."""
-        now = now_or(now)
+        now = now_or(now, self._alias())
         if isinstance(items, Mapping | str | bytes):
             raise TypeError("items must be an iterable of dicts, not a single value")
         rows = [item_row(index, item, now) for index, item in enumerate(items)]
@@ -148,7 +158,7 @@ class IntentManager(PauseMethods, models.Manager.from_queryset(IntentQuerySet)):
         """
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise ValueError(f"limit must be a positive integer, not {limit!r}")
-        now = now_or(now)
+        now = now_or(now, self._alias())
         until = later(now, validation.lease(lease, get_settings().lease), "lease")
         settings = get_settings()
         filters = _filters(kinds, since, settings.max_attempts)
@@ -190,7 +200,7 @@ class IntentManager(PauseMethods, models.Manager.from_queryset(IntentQuerySet)):
         Lets a poller on SQLite, where every claim takes the database's one
         write lock, look before it claims. ``since`` is as for ``claim_many``.
         """
-        now = now_or(now)
+        now = now_or(now, self._alias())
         filters = _filters(kinds, since, None)
         if filters.kinds == []:
             return False
@@ -207,13 +217,13 @@ class IntentManager(PauseMethods, models.Manager.from_queryset(IntentQuerySet)):
         lease: float | timedelta | None = None,
     ) -> bool:
         """Extend the lease of a claim this caller still holds."""
-        now = now_or(now)
+        now = now_or(now, self._alias())
         until = later(now, validation.lease(lease, get_settings().lease), "lease")
         id, claim_token = check_id(id), validation.token(claim_token)
         return self._backend().renew(id, claim_token, now=now, until=until)
 
     def complete(self, id: str, claim_token: str, *, now: datetime | None = None) -> bool:
-        now = now_or(now)
+        now = now_or(now, self._alias())
         id, claim_token = check_id(id), validation.token(claim_token)
         backend = self._backend()
         return self._moved(
@@ -230,7 +240,7 @@ class IntentManager(PauseMethods, models.Manager.from_queryset(IntentQuerySet)):
         intent, each fenced exactly as ``complete`` is, so a pair whose claim
         was lost is left alone and missing from the result.
         """
-        now = now_or(now)
+        now = now_or(now, self._alias())
         if isinstance(pairs, str | bytes):
             raise TypeError("pairs must be an iterable of (id, claim_token) pairs")
         checked = list(dict.fromkeys((check_id(id), validation.token(t)) for id, t in pairs))
@@ -252,7 +262,7 @@ class IntentManager(PauseMethods, models.Manager.from_queryset(IntentQuerySet)):
         (the pool knows the attempt number of every claim it holds). An ending
         whose claim was lost is left alone and missing from the result.
         """
-        now = now_or(now)
+        now = now_or(now, self._alias())
         checked: dict[str, Ending] = {}
         for e in endings:
             if e.state not in (states.State.PENDING, states.State.CANCELLED):
@@ -280,7 +290,7 @@ class IntentManager(PauseMethods, models.Manager.from_queryset(IntentQuerySet)):
         self, id: str, claim_token: str, cause: object = None, *, now: datetime | None = None
     ) -> bool:
         """Give the intent back for a later attempt, or cancel it once attempts run out."""
-        now = now_or(now)
+        now = now_or(now, self._alias())
         id, claim_token = check_id(id), validation.token(claim_token)
         error = validation.error_text(cause)
         backend = self._backend()
@@ -300,7 +310,7 @@ class IntentManager(PauseMethods, models.Manager.from_queryset(IntentQuerySet)):
         self, id: str, claim_token: str, cause: object = None, *, now: datetime | None = None
     ) -> bool:
         """End the intent for good: the handler said it can never succeed."""
-        now, error = now_or(now), validation.error_text(cause)
+        now, error = now_or(now, self._alias()), validation.error_text(cause)
         id, claim_token = check_id(id), validation.token(claim_token)
         backend = self._backend()
         kinds = backend.cancel_claim(id, claim_token, now=now, error=error)
@@ -312,14 +322,14 @@ class IntentManager(PauseMethods, models.Manager.from_queryset(IntentQuerySet)):
         A worker shutting down releases the intents its handlers did not finish,
         so they run again at once instead of waiting for the lease to expire.
         """
-        now = now_or(now)
+        now = now_or(now, self._alias())
         id, claim_token = check_id(id), validation.token(claim_token)
         backend = self._backend()
         return self._moved(states.State.PENDING, backend.release(id, claim_token, now=now), backend)
 
     def complete_pending(self, id: str, *, now: datetime | None = None) -> bool:
         """Mark a pending intent done because the caller did the work inline."""
-        now, id = now_or(now), check_id(id)
+        now, id = now_or(now, self._alias()), check_id(id)
         backend = self._backend()
         return self._moved(states.State.COMPLETED, backend.complete_pending(id, now=now), backend)
 
@@ -327,21 +337,23 @@ class IntentManager(PauseMethods, models.Manager.from_queryset(IntentQuerySet)):
 
     def retry_now(self, id: str, *, now: datetime | None = None) -> bool:
         """Make an unfinished intent due now; a current claimant loses its claim."""
-        now, id = now_or(now), check_id(id)
+        now, id = now_or(now, self._alias()), check_id(id)
         backend = self._backend()
         return self._moved(states.State.PENDING, backend.retry_now(id, now=now), backend)
 
     def cancel(self, id: str, *, now: datetime | None = None) -> bool:
         """Cancel an unfinished intent; a current claimant loses its claim."""
-        now, id = now_or(now), check_id(id)
+        now, id = now_or(now, self._alias()), check_id(id)
         backend = self._backend()
         return self._moved(states.State.CANCELLED, backend.cancel(id, now=now), backend)
 
     # -- plumbing --------------------------------------------------------------
 
+    def _alias(self) -> str:
+        return self._db or router.db_for_write(self.model)
+
     def _backend(self) -> Backend:
-        alias = self._db or router.db_for_write(self.model)
-        return backend_for(connections[alias], self.model)
+        return backend_for(connections[self._alias()], self.model)
 
     def _moved(self, to: str, kinds: list[str], backend: Backend) -> bool:
         self._announce(to, kinds, backend)

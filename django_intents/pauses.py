@@ -11,8 +11,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from .clock import now_or
 from .identity import check_text
-from .validation import now_or
 
 if TYPE_CHECKING:
     from .backends import Backend
@@ -24,9 +24,12 @@ class PauseMethods:
     def _backend(self) -> Backend:
         raise NotImplementedError
 
+    def _alias(self) -> str:
+        raise NotImplementedError
+
     def pause(self, kind: str, *, now: datetime | None = None) -> bool:
         """Stop every claim of ``kind`` from the next one on; ``True`` if it was not paused."""
-        kind, now = check_text("kind", kind), now_or(now)
+        kind, now = check_text("kind", kind), now_or(now, self._alias())
         return self._backend().pause(kind, now=now)
 
     def resume(self, kind: str) -> bool:

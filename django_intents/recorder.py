@@ -32,9 +32,9 @@ from datetime import datetime
 
 from django.db import Error as DatabaseFailure
 from django.db import connections, transaction
-from django.utils import timezone
 
 from .backends.base import Ending
+from .clock import server_now
 from .execution import Claim, send_finished
 from .managers import IntentManager
 from .outage import one_line
@@ -177,7 +177,8 @@ class Recorder:
         """Record one batch of distinct intents in one or two fenced statements."""
         successes = [c for c in batch if c.outcome is Outcome.SUCCESS]
         others = [c for c in batch if c.outcome is not Outcome.SUCCESS]
-        now = timezone.now()
+        # The pool's loop keeps the clock read; this thread need not ask.
+        now = server_now(self._manager.db, read=False)
         endings = [self._ending(claim, now) for claim in others]
         done: set[str] = set()
         both = successes and endings

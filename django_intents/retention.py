@@ -24,6 +24,7 @@ from datetime import datetime
 from django.db.models import Q
 from django.utils import timezone
 
+from .clock import server_now
 from .conf import get_settings
 from .managers import IntentQuerySet
 from .models import Intent
@@ -72,7 +73,7 @@ def prune(
     until the caller commits. Concurrent calls are safe: a batch another caller
     already handled simply matches no rows, and is not counted.
     """
-    now = timezone.now() if now is None else now
+    now = server_now() if now is None else now
     if timezone.is_naive(now):
         raise ValueError(f"now must be an aware datetime, not naive {now}")
     _check_count("batch_size", batch_size)

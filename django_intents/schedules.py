@@ -22,12 +22,12 @@ from typing import cast
 from django.db import router
 
 from . import validation
+from .clock import now_or
 from .conf import get_settings
 from .cron import STAMP, Schedule
 from .identity import digest
 from .managers import IntentManager
 from .models import Intent
-from .validation import now_or
 
 # A slot is due for this long after it starts: enqueued whatever the policy.
 DUE_FOR = timedelta(seconds=60)
@@ -47,8 +47,8 @@ def enqueue_due(
     chosen = schedules(kinds)
     if not chosen:
         return []
-    now = now_or(now)
     manager = _manager(using)
+    now = now_or(now, manager.db)
     plans = [_Plan(schedule, now) for schedule in chosen]
     wanted = {_id(p.schedule, slot) for p in plans for slot in (*p.due, *p.missed)}
     existing = set(manager.filter(pk__in=wanted).values_list("pk", flat=True)) if wanted else set()
@@ -100,8 +100,8 @@ class Slots:
 
 def listing(now: datetime | None = None, *, using: str | None = None) -> list[Slots]:
     """Every schedule with its last and next slot: one query per schedule."""
-    now = now_or(now)
     manager = _manager(using)
+    now = now_or(now, manager.db)
     rows = []
     for schedule in schedules():
         event_ids = (

@@ -25,9 +25,9 @@ from collections.abc import Iterator
 from types import FrameType
 
 from django.db import Error as DatabaseFailure
-from django.utils import timezone
 
 from .backends.base import Ending
+from .clock import server_now
 from .execution import Claim, Jobs
 from .leases import LeaseTable
 from .managers import IntentManager
@@ -141,9 +141,9 @@ class Shutdown:
             return
         for claim in claims:
             claim.attempt._lose()  # an async handler's task is cancelled
+        now = server_now(self._manager.db, read=False)
         endings = [
-            Ending(c.intent.id, c.intent.claim_token, State.PENDING, next_at=timezone.now())
-            for c in claims
+            Ending(c.intent.id, c.intent.claim_token, State.PENDING, next_at=now) for c in claims
         ]
         try:
             released = set(self._manager.finish_many(endings))

@@ -23,11 +23,6 @@ ITEM_KEYS = frozenset({"kind", "event_id", "target", "payload", "next_at", "id",
 PRIORITY_RANGE = (-100, 100)
 
 
-def now_or(now: Any) -> datetime:
-    """``now``, checked; the current time when it is ``None``."""
-    return timezone.now() if now is None else aware("now", now)
-
-
 def aware(name: str, value: Any) -> datetime:
     """``value`` if it is an aware datetime that converts to UTC."""
     if not isinstance(value, datetime):

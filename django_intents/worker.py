@@ -33,9 +33,9 @@ from datetime import datetime
 
 from django.db import Error as DatabaseFailure
 from django.db import connections, router
-from django.utils import timezone
 
 from .attempt import Attempt
+from .clock import server_now
 from .conf import get_settings
 from .demand import ClaimGroup, Demand
 from .drain import Drain
@@ -277,7 +277,7 @@ class WorkerPool:
             # The same feature says whether a second writer can work meanwhile.
             self._recorder.threaded = not self._probe_first
         floor = group.floor
-        since, now = floor.since(), timezone.now()
+        since, now = floor.since(), server_now(self._manager.db)
         if self._probe_first:
             # SQLite claims under its one write lock; an idle pool polling ten
             # times a second would take it from the application every time.

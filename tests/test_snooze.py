@@ -21,6 +21,7 @@ from django.utils import timezone
 
 from django_intents import Retry
 from django_intents.backends.base import Ending
+from django_intents.clock import server_now
 from django_intents.models import Intent
 from django_intents.retries import backoff
 from django_intents.signals import Outcome
@@ -96,7 +97,7 @@ def test_retry_after_snoozes_the_intent_without_exhausting_it(background, finish
     raised: list[datetime] = []
 
     def handler(intent: Intent, attempt: Any) -> None:
-        raised.append(timezone.now())
+        raised.append(server_now())  # the clock that writes next_at
         delay = raised[0] + timedelta(seconds=60) if after == "aware-datetime" else after
         raise Retry(after=delay, reason="429 Too Many Requests")
 
@@ -219,7 +220,7 @@ def test_an_async_handler_raising_retry_after_snoozes_too(background, finished):
 
     async def handler(intent: Intent, attempt: Any) -> None:
         await asyncio.sleep(0.01)
-        raised.append(timezone.now())
+        raised.append(server_now())
         raise Retry(after=timedelta(seconds=30), reason="Retry-After: 30")
 
     (id,) = enqueue("s.async")

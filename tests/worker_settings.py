@@ -4,12 +4,13 @@ pytest-django points the test process at ``TEST["NAME"]``; a subprocess only
 sees ``tests.settings``, so this module makes ``NAME`` the test database.
 ``INTENTS_TEST_INTENTS`` (JSON) adds ``INTENTS`` keys, ``INTENTS_TEST_CONN_MAX_AGE``
 sets ``CONN_MAX_AGE`` and ``INTENTS_TEST_UNREACHABLE`` points at a database that
-cannot be reached.
+cannot be reached. ``INTENTS_PYTHON_CLOCK_SKEW`` moves the worker's Python clocks (``bench/skew.py``).
 """
 
 import json
 import os
 
+from bench.skew import SKEW_VARIABLE, skew_python_clocks
 from tests.settings import *  # noqa: F403
 from tests.settings import BASE_DIR, DATABASES, INTENTS
 
@@ -22,6 +23,9 @@ if os.environ.get("INTENTS_TEST_UNREACHABLE"):
         DATABASES["default"]["NAME"] = str(BASE_DIR / ".tmp" / "no-such-dir" / "db.sqlite3")
     else:
         DATABASES["default"]["PORT"] = "1"
+
+if SKEW_VARIABLE in os.environ:
+    skew_python_clocks(float(os.environ[SKEW_VARIABLE]))
 
 INTENTS = {
     **INTENTS,

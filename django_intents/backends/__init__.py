@@ -9,10 +9,12 @@ a project without psycopg or mysqlclient never imports them.
 from __future__ import annotations
 
 import functools
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from django.db import NotSupportedError
 from django.db.backends.base.base import BaseDatabaseWrapper
+from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from .base import NOTIFY_CHANNEL, Backend
@@ -27,7 +29,7 @@ BACKENDS = {
     "mysql": "django_intents.backends.mysql.MySQLBackend",
 }
 
-__all__ = ["NOTIFY_CHANNEL", "Backend", "ClaimFilters", "backend_for"]
+__all__ = ["NOTIFY_CHANNEL", "Backend", "ClaimFilters", "backend_for", "read_clock"]
 
 
 def backend_for(connection: BaseDatabaseWrapper, model: type[Intent]) -> Backend:
@@ -37,6 +39,11 @@ def backend_for(connection: BaseDatabaseWrapper, model: type[Intent]) -> Backend
 
 @functools.cache
 def _backend(vendor: str, alias: str, model: type[Intent]) -> Backend:
+    backend: Backend = _backend_class(vendor, alias)(alias, model)
+    return backend
+
+
+def _backend_class(vendor: str, alias: str) -> type[Backend]:
     try:
         path = BACKENDS[vendor]
     except KeyError:
@@ -44,5 +51,19 @@ def _backend(vendor: str, alias: str, model: type[Intent]) -> Backend:
             f"django-intents supports {', '.join(sorted(BACKENDS))}, not {vendor!r} "
             f"(database {alias!r})"
         ) from None
-    backend: Backend = import_string(path)(alias, model)
-    return backend
+    backend_class: type[Backend] = import_string(path)
+    return backend_class
+
+
+def read_clock(connection: BaseDatabaseWrapper) -> datetime | None:
+    """The database server's time now, aware, in UTC (``clock.py`` carries it forward).
+
+    ``None`` for a database without a clock of its own (SQLite, in-process).
+    """
+    sql = _backend_class(connection.vendor, connection.alias).sql_clock
+    if not sql:
+        return None
+    with connection.cursor() as cursor:
+        cursor.execute(sql)
+        (value,) = cursor.fetchone()
+    return value.replace(tzinfo=UTC) if timezone.is_naive(value) else value.astimezone(UTC)

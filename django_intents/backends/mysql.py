@@ -42,6 +42,9 @@ EXPIRED_FLOOR = "{expired_floor}"
 
 class MySQLBackend(Backend):
     vendor = "mysql"
+    # In UTC whatever the session's time_zone; SYSDATE, unlike NOW, is not
+    # fixed at the statement's start.
+    sql_clock = "SELECT UTC_TIMESTAMP(6)"
     returning = False
     lock_running = " FOR UPDATE"
     # With a list of ids and a test of the state, MariaDB may walk a state-led

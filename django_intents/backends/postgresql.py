@@ -40,6 +40,9 @@ JSON_TYPES = (
 
 class PostgreSQLBackend(LimitedClaims, ServerBoundCursors, Backend):
     vendor = "postgresql"
+    # ``now()`` is the transaction's start: a claim inside a long transaction
+    # would judge leases by a stale time.
+    sql_clock = "SELECT clock_timestamp()"
     # The paused kinds as an array computed once per statement (an InitPlan).
     # Spelled as a CASE the planner cannot see into, the test is taken to keep
     # almost every row, so the claim still walks the claim index in order and

@@ -18,6 +18,9 @@ from .claims import branches
 
 class SQLiteBackend(Backend):
     vendor = "sqlite"
+    # No sql_clock: SQLite has no server, and its clock is the C library's wall
+    # clock in this process, which clock.py reads itself (to the microsecond,
+    # where SQLite's 'now' gives milliseconds).
     # Without ANALYZE statistics SQLite may prefer the (kind, state) index and
     # sort; INDEXED BY pins each branch of the claim to its partial index.
     claim_hint = " INDEXED BY {index}"

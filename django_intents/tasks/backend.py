@@ -18,8 +18,8 @@ from django.apps import apps
 from django.core.checks import CheckMessage, Error
 from django.core.exceptions import ImproperlyConfigured
 from django.db import router
-from django.utils import timezone
 
+from ..clock import server_now
 from ..handlers import registry
 from ..identity import MAX_LENGTHS, check_text, intent_id
 from ..kinds import TASK_KIND
@@ -137,7 +137,7 @@ class IntentsBackend(BaseTaskBackend):
             stored = manager.filter(pk=id).first()
             if stored is not None:
                 return self._stored_result(stored, task, record)
-        now = timezone.now()
+        now = server_now(manager.db)
         payload = record.to_payload()
         manager.enqueue(
             TASK_KIND,

@@ -31,8 +31,8 @@ from asgiref.sync import sync_to_async
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, close_old_connections, connections, router
 from django.dispatch import Signal
-from django.utils import timezone
 
+from ..clock import server_now
 from ..conf import get_settings
 from ..exceptions import ClaimLost, Stop
 from ..handlers import Handler
@@ -147,7 +147,7 @@ def _start(intent: Intent) -> tuple[_Backend, Task[Any, Any], TaskRecord, TaskRe
     except (MalformedRecord, InvalidTask, ImproperlyConfigured) as exc:
         # Never retried: the stored path or options will not get better by waiting.
         raise Stop(f"cannot run this task: {exc}") from exc
-    now = timezone.now()
+    now = server_now(intent._state.db)
     record.worker_ids.append(worker_id())
     record.started_at = record.started_at or now
     record.last_attempted_at = now
@@ -178,7 +178,7 @@ def _succeeded(
     except (TypeError, ValueError) as exc:
         _failed(intent, backend, task, record, exc, final=True)
     record.has_return_value = True
-    finished = timezone.now()
+    finished = server_now(intent._state.db)
     # The result and the completion commit together, fenced by the claim.
     with attempt.atomic():
         _save(intent, record)
@@ -222,7 +222,7 @@ def _failed(
     except ClaimLost as lost:
         raise lost from exc
     status = TaskResultStatus.FAILED if final else TaskResultStatus.READY
-    finished = timezone.now() if final else None
+    finished = server_now(intent._state.db) if final else None
     _send(task_finished, backend, _result(intent, task, record, status, finished))
     if isinstance(exc, Stop):
         raise exc

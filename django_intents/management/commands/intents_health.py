@@ -14,9 +14,9 @@ import argparse
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
-from django.utils import timezone
 
 from ...backlog import Backlog, read_backlog
+from ...clock import server_now
 from ...handlers import unhandled
 from ...schema import require_table
 from ...states import State
@@ -50,7 +50,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, max_age: float, **options: Any) -> None:
         require_table()
-        now = timezone.now()
+        now = server_now()
         backlog = read_backlog(now)
         paused = [k for k in backlog.kinds if k.paused]
         if paused:
