@@ -57,6 +57,12 @@ class QueueCollector(Collector):
         self._lock = threading.Lock()
         self._rows: list[KindBacklog] = []
         self._read_at: float | None = None
+        self._using: str | None = None
+
+    def read_from(self, using: str) -> None:
+        """Read the queue on ``using`` from now on (``run_intent_workers --database``)."""
+        with self._lock:
+            self._using, self._read_at = using, None
 
     def invalidate(self) -> None:
         """Forget the cached rows, so the next scrape reads the database."""
@@ -85,7 +91,7 @@ class QueueCollector(Collector):
         held = dict.fromkeys((*kinds, OTHER), 0)
         stopped = dict.fromkeys((*kinds, OTHER), 0)
         ages = dict.fromkeys((*kinds, OTHER), 0.0)
-        now = server_now()
+        now = server_now(self._using)
         for row in rows:
             label = row.kind if row.kind in kinds else OTHER
             counts[label] += row.pending
@@ -106,7 +112,7 @@ class QueueCollector(Collector):
             ttl = get_settings().gauge_cache
             fresh = self._read_at is not None and time.monotonic() - self._read_at < ttl
             if not fresh:
-                self._rows = read_backlog().kinds
+                self._rows = read_backlog(using=self._using).kinds
                 self._read_at = time.monotonic()
             return self._rows
 

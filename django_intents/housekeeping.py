@@ -110,6 +110,7 @@ class Housekeeping:
 
     def __init__(self, *, report_interval: float, kinds: Iterable[str], using: str) -> None:
         self._report_interval = report_interval
+        self._using = using
         self._retention = get_settings().retention is not None
         self._schedules = ScheduleTick(kinds, using)
         self._outcomes: Counter[Outcome] = Counter()
@@ -137,7 +138,7 @@ class Housekeeping:
         if self._retention and now >= self._next_prune:
             self._next_prune = now + PRUNE_INTERVAL
             try:
-                retention.prune(batch_size=PRUNE_BATCH_SIZE, max_batches=1)
+                retention.prune(batch_size=PRUNE_BATCH_SIZE, max_batches=1, using=self._using)
             except Exception as exc:  # housekeeping must never stop the pool
                 log.warning("retention pruning failed: %s", cause_text(exc))
         self._schedules.run_due(now)

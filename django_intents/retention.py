@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from django.db import router
 from django.db.models import Q
 from django.utils import timezone
 
@@ -63,6 +64,7 @@ def prune(
     batch_size: int = 500,
     max_batches: int | None = None,
     dry_run: bool = False,
+    using: str | None = None,
 ) -> PruneReport:
     """Apply ``INTENTS["RETENTION"]`` to terminal intents, ages counted from ``updated_at``.
 
@@ -71,16 +73,18 @@ def prune(
     prune a little at a time; ``report.finished`` says whether work was left.
     Call it outside a transaction: inside one, every batch's locks are held
     until the caller commits. Concurrent calls are safe: a batch another caller
-    already handled simply matches no rows, and is not counted.
+    already handled simply matches no rows, and is not counted. ``using`` is
+    the database alias (default: the router's choice for ``Intent``).
     """
-    now = server_now() if now is None else now
+    using = using or router.db_for_write(Intent)
+    now = server_now(using) if now is None else now
     if timezone.is_naive(now):
         raise ValueError(f"now must be an aware datetime, not naive {now}")
     _check_count("batch_size", batch_size)
     if max_batches is not None:
         _check_count("max_batches", max_batches)
     report = PruneReport(dry_run=dry_run)
-    phases = _phases(report, now)
+    phases = _phases(report, now, Intent.objects.using(using))
     for phase in phases:
         phase.counts[phase.state] = 0
     for phase in phases:
@@ -90,18 +94,18 @@ def prune(
     return report
 
 
-def _phases(report: PruneReport, now: datetime) -> list[_Phase]:
+def _phases(report: PruneReport, now: datetime, intents: IntentQuerySet) -> list[_Phase]:
     retention = get_settings().retention or {}
     phases = []
     for state in TERMINAL:
         window = retention.get(state)
         if window is not None and window.delete is not None:
-            rows = Intent.objects.filter(state=state, updated_at__lte=now - window.delete)
+            rows = intents.filter(state=state, updated_at__lte=now - window.delete)
             phases.append(_Phase(report.deleted, state, rows, _delete))
     for state in TERMINAL:
         window = retention.get(state)
         if window is not None and window.compact is not None:
-            rows = Intent.objects.filter(state=state, updated_at__lte=now - window.compact)
+            rows = intents.filter(state=state, updated_at__lte=now - window.compact)
             if window.delete is not None:
                 # Older rows belong to the delete phase; a dry run must not count them twice.
                 rows = rows.filter(updated_at__gt=now - window.delete)

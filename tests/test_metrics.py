@@ -476,7 +476,7 @@ def test_gauges_are_read_by_one_grouped_query_and_cached(client):
 
 @pytest.mark.django_db
 def test_a_failing_gauge_query_still_serves_the_counters(client, monkeypatch, caplog):
-    def broken(now=None):
+    def broken(now=None, using=None):
         raise DatabaseError("connection refused")
 
     monkeypatch.setattr(gauges, "read_backlog", broken)

@@ -127,6 +127,7 @@ def test_options_reach_the_pool(fake_pool):
         "until_empty": False,
         "timeout": None,
         "db_error_timeout": 9.0,
+        "using": "default",
     }
 
 

@@ -20,6 +20,7 @@ from ...clock import server_now
 from ...handlers import unhandled
 from ...schema import require_table
 from ...states import State
+from ..options import add_database, chosen_database
 
 
 def seconds(value: str) -> float:
@@ -47,11 +48,13 @@ class Command(BaseCommand):
             metavar="SECONDS",
             help="longest acceptable wait of a due intent (default 300)",
         )
+        add_database(parser)
 
-    def handle(self, *args: Any, max_age: float, **options: Any) -> None:
-        require_table()
-        now = server_now()
-        backlog = read_backlog(now)
+    def handle(self, *args: Any, max_age: float, database: str | None, **options: Any) -> None:
+        using = chosen_database(database)
+        require_table(using)
+        now = server_now(using)
+        backlog = read_backlog(now, using=using)
         paused = [k for k in backlog.kinds if k.paused]
         if paused:
             named = ", ".join(f"{k.kind!r} ({k.due} due)" for k in paused)

@@ -11,13 +11,13 @@ import argparse
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
-from django.db import connections, router
 
 from ...handlers import check_kind
 from ...identity import check_text
 from ...managers import IntentManager
 from ...models import Intent
 from ...schema import require_table
+from ..options import add_database, chosen_database
 
 
 class Command(BaseCommand):
@@ -29,16 +29,10 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("kinds", nargs="+", metavar="KIND", help="a kind of intent")
-        parser.add_argument(
-            "--database",
-            metavar="ALIAS",
-            help="the database alias of the queue (default: the router's choice)",
-        )
+        add_database(parser)
 
     def handle(self, *args: Any, kinds: list[str], database: str | None, **options: Any) -> None:
-        if database is not None and database not in connections:
-            raise CommandError(f"unknown database alias {database!r}")
-        using = database or router.db_for_write(Intent)
+        using = chosen_database(database)
         for kind in kinds:  # every kind is checked before anything is written
             try:
                 check_text("kind", kind)

@@ -11,12 +11,11 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
-from django.db import connections, router
+from django.core.management.base import BaseCommand
 
-from ...models import Intent
 from ...schedules import listing
 from ...schema import require_table
+from ..options import add_database, chosen_database
 
 
 class Command(BaseCommand):
@@ -26,16 +25,10 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument(
-            "--database",
-            metavar="ALIAS",
-            help="the database alias of the queue (default: the router's choice)",
-        )
+        add_database(parser)
 
     def handle(self, *args: Any, database: str | None, **options: Any) -> None:
-        if database is not None and database not in connections:
-            raise CommandError(f"unknown database alias {database!r}")
-        using = database or router.db_for_write(Intent)
+        using = chosen_database(database)
         require_table(using)
         rows = listing(using=using)
         if not rows:

@@ -9,6 +9,7 @@ from django.core.management.base import BaseCommand, CommandParser
 from ...conf import get_settings
 from ...retention import prune
 from ...states import TERMINAL
+from ..options import add_database, chosen_database
 from .run_intent_workers import positive_int
 
 
@@ -36,8 +37,10 @@ class Command(BaseCommand):
             default=None,
             help="Stop after this many batches; the next run continues (default: no limit).",
         )
+        add_database(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
+        using = chosen_database(options["database"])
         if not get_settings().retention:
             self.stdout.write("INTENTS['RETENTION'] is not set: every intent is kept.")
             return
@@ -45,6 +48,7 @@ class Command(BaseCommand):
             batch_size=options["batch_size"],
             max_batches=options["max_batches"],
             dry_run=options["dry_run"],
+            using=using,
         )
         would = "would be " if report.dry_run else ""
         for state in TERMINAL:

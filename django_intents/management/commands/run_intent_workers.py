@@ -17,15 +17,15 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 from django.db import Error as DatabaseFailure
-from django.db import router
 
 from ... import metrics
 from ...conf import get_settings
+from ...gauges import QUEUE
 from ...handlers import discover
 from ...identity import check_text
-from ...models import Intent
 from ...schema import require_table
 from ...worker import WorkerPool
+from ..options import add_database, chosen_database
 
 
 def positive_int(value: str) -> int:
@@ -158,9 +158,11 @@ class Command(BaseCommand):
             metavar="ADDRESS",
             help="address for --metrics-port (default 127.0.0.1)",
         )
+        add_database(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
         _configure_logging(options["verbosity"])
+        using = chosen_database(options["database"])
         try:
             settings = get_settings()
             handlers = discover()
@@ -193,7 +195,7 @@ class Command(BaseCommand):
         # A database error here is an outage, not a set-up step: the pool rides
         # it out for --db-error-timeout like any other.
         with contextlib.suppress(DatabaseFailure):
-            require_table(router.db_for_write(Intent))
+            require_table(using)
 
         pool = WorkerPool(
             handlers=handlers,
@@ -206,9 +208,11 @@ class Command(BaseCommand):
             until_empty=options["until_empty"],
             timeout=options["timeout"],
             db_error_timeout=options["db_error_timeout"],
+            using=using,
         )
         server = None
         if options["metrics_port"] is not None:
+            QUEUE.read_from(using)
             server = self._serve_metrics(options["metrics_addr"], options["metrics_port"], pool)
         try:
             status = pool.run()
