@@ -53,6 +53,7 @@ class IntentSettings:
     db_error_timeout: float = 60.0
     limits: Mapping[str, Limit] = field(default_factory=dict)
     schedules: Mapping[str, Schedule] = field(default_factory=dict)
+    listen_database: str | None = None
 
     @property
     def renew_interval(self) -> float:
@@ -142,6 +143,16 @@ def _retention(key: str, value: Any) -> dict[str, Retention] | None:
     return result
 
 
+def _alias(key: str, value: Any) -> str | None:
+    if value is None:
+        return None
+    aliases = getattr(django_settings, "DATABASES", {})
+    if not isinstance(value, str) or value not in aliases:
+        known = ", ".join(repr(alias) for alias in aliases)
+        raise SettingError(key, f"must be a database alias ({known}), not {value!r}")
+    return value
+
+
 def _limits(key: str, value: Any) -> dict[str, Limit]:
     try:
         return parse_limits(value)
@@ -171,6 +182,7 @@ _PARSERS: dict[str, tuple[str, Callable[[str, Any], Any]]] = {
     "DB_ERROR_TIMEOUT": ("db_error_timeout", _positive_number),
     "LIMITS": ("limits", _limits),
     "SCHEDULES": ("schedules", _schedules),
+    "LISTEN_DATABASE": ("listen_database", _alias),
 }
 
 

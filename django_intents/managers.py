@@ -240,10 +240,14 @@ class IntentManager(PauseMethods, models.Manager.from_queryset(IntentQuerySet)):
         intent, each fenced exactly as ``complete`` is, so a pair whose claim
         was lost is left alone and missing from the result.
         """
-        now = now_or(now, self._alias())
         if isinstance(pairs, str | bytes):
             raise TypeError("pairs must be an iterable of (id, claim_token) pairs")
         checked = list(dict.fromkeys((check_id(id), validation.token(t)) for id, t in pairs))
+        if not checked:  # nothing to write: no query, not even the clock's
+            if now is not None:
+                aware("now", now)
+            return []
+        now = now_or(now, self._alias())
         backend = self._backend()
         done: list[tuple[str, str]] = []
         with _atomic_if(len(checked) > INSERT_BATCH, backend.alias):
@@ -262,7 +266,6 @@ class IntentManager(PauseMethods, models.Manager.from_queryset(IntentQuerySet)):
         (the pool knows the attempt number of every claim it holds). An ending
         whose claim was lost is left alone and missing from the result.
         """
-        now = now_or(now, self._alias())
         checked: dict[str, Ending] = {}
         for e in endings:
             if e.state not in (states.State.PENDING, states.State.CANCELLED):
@@ -277,6 +280,11 @@ class IntentManager(PauseMethods, models.Manager.from_queryset(IntentQuerySet)):
             )
             if checked.setdefault(ending.id, ending) is not ending:
                 raise ValueError(f"intent {ending.id} ends twice in one batch")
+        if not checked:  # nothing to write: no query, not even the clock's
+            if now is not None:
+                aware("now", now)
+            return []
+        now = now_or(now, self._alias())
         backend, rows = self._backend(), list(checked.values())
         moved: list[tuple[str, str, str]] = []
         with _atomic_if(len(rows) > INSERT_BATCH, backend.alias):

@@ -11,7 +11,11 @@ own statement, so the notification is delivered when that transaction commits
 and never for a rolled-back enqueue. The listener holds a connection of its
 own (``LISTEN`` is per session, and the pool's connections are closed and
 reopened between iterations), so an idle pool starts new work within
-milliseconds instead of at its next poll.
+milliseconds instead of at its next poll. Behind a pooler in transaction mode
+a session is not a connection, and a LISTEN there hears nothing: the listener
+connects through ``INTENTS["LISTEN_DATABASE"]`` when it is set, and at
+start-up sends itself a NOTIFY the way enqueue does; if none arrives, it says
+so once and leaves the pool to polling.
 
 SQLite has no notifications, but it counts commits: ``PRAGMA data_version``
 changes when another connection has committed, and reading it takes no lock.
@@ -25,9 +29,11 @@ from __future__ import annotations
 import contextlib
 import inspect
 import logging
+import secrets
 import select
 import socket
 import threading
+import time
 from collections.abc import Callable, Collection
 from typing import Any
 
@@ -37,6 +43,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 
 from .backends import backend_for
 from .backends.base import NOTIFY_CHANNEL, PRIORITY_CHANNEL
+from .conf import get_settings
 
 log = logging.getLogger(__name__)
 
@@ -128,27 +135,49 @@ class Listener(Waker):
 
     A lost connection is reopened with backoff; until it is, the pool's
     polling still finds every intent, only later.
+
+    ``listen`` is the alias the LISTEN connection opens (default:
+    ``LISTEN_DATABASE``, else ``using``);
+    ``using`` is the queue's, through which enqueue notifies. The first LISTEN
+    is proven by a NOTIFY sent through ``using``: without it within
+    ``SELF_TEST`` seconds the listener warns once and ends (``fell_back``).
     """
 
     label = "LISTEN/NOTIFY"
     thread_name = "intents-listener"
     #: How long one wait for notifications lasts: bounds how late ``stop()`` is seen.
     WAIT = 0.5
+    #: How long the start-up NOTIFY may take to arrive before LISTEN is given up.
+    SELF_TEST = 3.0
 
-    def __init__(self, *, using: str, kinds: Collection[str], wake: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        *,
+        using: str,
+        kinds: Collection[str],
+        wake: Callable[[], None],
+        listen: str | None = None,
+    ) -> None:
         super().__init__(using=using, wake=wake)
         self._kinds = frozenset(kinds)
+        self._listen = listen or get_settings().listen_database or using
+        self._proven = False
         self.listening = threading.Event()
+        self.fell_back = threading.Event()
 
     def _run(self) -> None:
         delay, failed = 0.5, False
         while not self._stopped.is_set():
             wrapper = None
             try:
-                wrapper = self._connect()
+                wrapper = self._connect(self._listen)
                 with wrapper.cursor() as cursor:
                     for channel in (NOTIFY_CHANNEL, PRIORITY_CHANNEL):
                         cursor.execute(f"LISTEN {wrapper.ops.quote_name(channel)}")
+                if not self._proven and not self._notify_arrives(wrapper.connection):
+                    self._fall_back()
+                    return
+                self._proven = True
                 if failed:
                     log.info("LISTEN connection is back; wake-ups are immediate again")
                 else:
@@ -185,6 +214,42 @@ class Listener(Waker):
                     self._prioritized(notification.payload)
                 self._wake()
 
+    def _notify_arrives(self, raw: Any) -> bool:
+        """Send a NOTIFY through the queue's alias, as enqueue does; wait for it here."""
+        token = f"django-intents-self-test-{secrets.token_hex(8)}"
+        sender = self._connect(self._using)
+        try:
+            with sender.cursor() as cursor:
+                cursor.execute("SELECT pg_notify(%s, %s)", [NOTIFY_CHANNEL, token])
+        finally:
+            sender.close()
+        deadline = time.monotonic() + self.SELF_TEST
+        while not self._stopped.is_set() and (left := deadline - time.monotonic()) > 0:
+            for notification in raw.notifies(timeout=min(left, self.WAIT)):
+                if notification.payload == token:
+                    return True
+                if notification.payload in self._kinds:
+                    self._wake()
+        return self._stopped.is_set()
+
+    def _fall_back(self) -> None:
+        if self._listen == self._using:
+            advice = (
+                "behind a connection pooler in transaction mode (PgBouncer) LISTEN hears "
+                "nothing; set INTENTS['LISTEN_DATABASE'] to an alias that connects directly"
+            )
+        else:
+            advice = f"does {self._listen!r} connect to the same database as {self._using!r}?"
+        log.warning(
+            "LISTEN on database %r heard no NOTIFY sent through %r within %.0f s: %s. "
+            "Polling only: new intents start within the poll interval.",
+            self._listen,
+            self._using,
+            self.SELF_TEST,
+            advice,
+        )
+        self.fell_back.set()
+
     def _prioritized(self, kind: str) -> None:
         """An intent of ``kind`` at another priority than 0 is due: tell the claims
         (``PostgreSQLBackend.others_due``), which walk every priority from the next on."""
@@ -192,16 +257,14 @@ class Listener(Waker):
         backend: Any = backend_for(connections[self._using], intent)
         backend.others_due(kind)
 
-    def _connect(self) -> BaseDatabaseWrapper:
+    def _connect(self, alias: str) -> BaseDatabaseWrapper:
         """Open a connection with the alias's settings, but never from a pool.
 
         A pooled connection would go back to the pool still listening.
         """
-        base = connections[self._using]
+        base = connections[alias]
         options = {k: v for k, v in base.settings_dict.get("OPTIONS", {}).items() if k != "pool"}
-        wrapper: BaseDatabaseWrapper = type(base)(
-            {**base.settings_dict, "OPTIONS": options}, self._using
-        )
+        wrapper: BaseDatabaseWrapper = type(base)({**base.settings_dict, "OPTIONS": options}, alias)
         wrapper.ensure_connection()
         return wrapper
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
+import subprocess
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -10,7 +11,7 @@ from typing import Any
 
 import pytest
 from django.conf import settings
-from django.db import connection
+from django.db import connection, connections
 from django.test import override_settings
 
 from django_intents.backends import backend_for
@@ -22,7 +23,49 @@ T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 
 
 def pytest_report_header(config: pytest.Config) -> str:
-    return f"django-intents database: {settings.DATABASES['default']['ENGINE']}"
+    through = " through PgBouncer" if suite_settings.VENDOR == "pgbouncer" else ""
+    return f"django-intents database: {settings.DATABASES['default']['ENGINE']}{through}"
+
+
+def pooler_lets_go(name: str) -> None:
+    """Make PgBouncer close its server connections to database ``name``, so it can
+    be dropped; nothing without PgBouncer. KILL holds new clients back until RESUME."""
+    if suite_settings.VENDOR != "pgbouncer":
+        return
+    pooler = settings.DATABASES["default"]
+    command = ["psql", "-h", pooler["HOST"], "-p", str(pooler["PORT"]), "-U", pooler["USER"]]
+    for admin in (f"KILL {name}", f"RESUME {name}"):
+        subprocess.run([*command, "-d", "pgbouncer", "-c", admin], check=True, capture_output=True)
+
+
+if suite_settings.VENDOR == "pgbouncer":
+
+    @pytest.fixture(scope="session")
+    def django_db_setup(django_db_setup: None) -> Iterator[None]:
+        """pytest-django's, and before it drops the test database, PgBouncer lets go of it.
+
+        PgBouncer keeps its server connections to the test database open, and
+        PostgreSQL refuses to drop a database that has connections.
+        """
+        yield
+        connections["direct"].close()  # a mirror: Django closes only the alias it drops
+        pooler_lets_go(settings.DATABASES["default"]["NAME"])
+
+    def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+        """Let every database test reach "direct" too: a pool run in the test's own
+        process LISTENs there, and Django refuses aliases a test did not name."""
+        both = ["default", "direct"]
+        for item in items:
+            marker = item.get_closest_marker("django_db")
+            fixtures = getattr(item, "fixturenames", ())
+            if marker is not None:
+                if "databases" not in marker.kwargs:
+                    kwargs = {**marker.kwargs, "databases": both}
+                    item.add_marker(pytest.mark.django_db(*marker.args, **kwargs), append=False)
+            elif "transactional_db" in fixtures or "live_server" in fixtures:
+                item.add_marker(pytest.mark.django_db(transaction=True, databases=both))
+            elif "db" in fixtures:
+                item.add_marker(pytest.mark.django_db(databases=both))
 
 
 @pytest.fixture
@@ -111,6 +154,7 @@ def empty_database(transactional_db: None, tmp_path: Path) -> Iterator[str]:
         cursor.execute(f"DROP DATABASE IF EXISTS {quoted}")
         cursor.execute(f"CREATE DATABASE {quoted}")
     yield name
+    pooler_lets_go(name)
     with connection.cursor() as cursor:
         cursor.execute(f"DROP DATABASE IF EXISTS {quoted}")
 

@@ -6,7 +6,8 @@ version (``.venv`` for Django 5.2, ``.venv-django6`` for Django 6.x, which needs
 Python 3.12+), installs the project with its development group, and runs the
 suite once per database. SQLite always runs; PostgreSQL and MariaDB/MySQL run
 when a server answers (settings in tests/settings.py, overridable with PGHOST,
-MYSQL_HOST, ...). Then, once per run, the stages a user meets before the code:
+MYSQL_HOST, ...), and the store and worker tests run again through PgBouncer
+in transaction mode when one answers on port 6432 (``tests/pgbouncer/start``). Then, once per run, the stages a user meets before the code:
 ``packaging`` (build the sdist and wheel, ``twine check``, list the wheel),
 ``quickstart`` (the README's quickstart from that wheel in a fresh venv,
 tests/quickstart.py) and ``docs`` (the site, ``mkdocs build --strict``), with
@@ -69,8 +70,30 @@ STAGES = ("tests", "packaging", "quickstart", "docs")
 DATABASES = {
     "sqlite": None,
     "postgresql": ("PGHOST", "127.0.0.1", "PGPORT", 5432),
+    "pgbouncer": ("PGBOUNCER_HOST", "127.0.0.1", "PGBOUNCER_PORT", 6432),
     "mysql": ("MYSQL_HOST", "127.0.0.1", "MYSQL_PORT", 3306),
 }
+# What runs through PgBouncer: the store and the worker, where a pooler in
+# transaction mode changes what a connection can hold (sessions, LISTEN,
+# prepared statements). The admin, docs and examples would only repeat the
+# PostgreSQL run; tests/test_worker_connections.py counts the server's
+# connections, which behind a pooler are the pooler's.
+POOLED_SUITE = [
+    "tests/test_enqueue.py",
+    "tests/test_claim.py",
+    "tests/test_transitions.py",
+    "tests/test_batch.py",
+    "tests/test_concurrency.py",
+    "tests/test_limits.py",
+    "tests/test_priority.py",
+    "tests/test_pause.py",
+    "tests/test_clock.py",
+    "tests/test_clock_process.py",
+    "tests/test_listen_database.py",
+    "tests/test_worker_pool.py",
+    "tests/test_worker_process.py",
+    "tests/test_worker_async.py",
+]
 
 
 def say(message: str) -> None:
@@ -153,6 +176,8 @@ def reachable(vendor: str, venv: Path) -> str | None:
             return None
         except OSError:
             time.sleep(1)
+    if vendor == "pgbouncer":
+        return f"no PgBouncer at {host}:{port} (tests/pgbouncer/start starts one)"
     return f"no server at {host}:{port}"
 
 
@@ -190,7 +215,9 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
     parser.add_argument("--django", choices=["5.2", "6", "all"], default="5.2")
-    parser.add_argument("--db", default="all", help="comma-separated: sqlite,postgresql,mysql")
+    parser.add_argument(
+        "--db", default="all", help="comma-separated: sqlite,postgresql,pgbouncer,mysql"
+    )
     parser.add_argument("--require-all", action="store_true", help="fail instead of skipping (CI)")
     parser.add_argument(
         "--only",
@@ -233,7 +260,8 @@ def main() -> int:
             report = ROOT / ".tmp" / f"junit-{version}-{vendor}.xml"
             report.unlink(missing_ok=True)
             pytest = [str(venv / "bin" / "python"), "-m", "pytest", "-q", f"--junit-xml={report}"]
-            code = run([*pytest, *args.pytest_args], env)
+            chosen = POOLED_SUITE if vendor == "pgbouncer" and not args.pytest_args else []
+            code = run([*pytest, *chosen, *args.pytest_args], env)
             counts = junit_counts(report)
             for key in totals:
                 totals[key] += counts[key]

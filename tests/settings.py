@@ -1,4 +1,7 @@
-"""Test settings: the database comes from INTENTS_TEST_DB (sqlite, postgresql, mysql).
+"""Test settings: the database comes from INTENTS_TEST_DB (sqlite, postgresql, pgbouncer, mysql).
+
+``pgbouncer`` is PostgreSQL through PgBouncer in transaction mode (started by
+``tests/pgbouncer/start``), with LISTEN on a direct connection.
 
 SQLite is a file, not ``:memory:``, so worker subprocesses and threads share it.
 INTENTS_TEST_DB_SUFFIX keeps parallel runs on one machine out of each other's way.
@@ -28,7 +31,7 @@ if VENDOR == "sqlite":
             "TEST": {"NAME": str(BASE_DIR / ".tmp" / f"{TEST_NAME}.sqlite3")},
         }
     }
-elif VENDOR == "postgresql":
+elif VENDOR in ("postgresql", "pgbouncer"):
     DATABASES = {
         "default": {
             "ENGINE": "django.db.backends.postgresql",
@@ -39,6 +42,16 @@ elif VENDOR == "postgresql":
             "TEST": {"NAME": TEST_NAME},
         }
     }
+    if VENDOR == "pgbouncer":
+        # Everything goes through PgBouncer in transaction mode (tests/pgbouncer/start)
+        # but LISTEN, which needs a session: "direct" is the same database, unpooled.
+        DATABASES["direct"] = {**DATABASES["default"], "TEST": {"MIRROR": "default"}}
+        DATABASES["default"] = {
+            **DATABASES["default"],
+            "HOST": os.environ.get("PGBOUNCER_HOST", "127.0.0.1"),
+            "PORT": os.environ.get("PGBOUNCER_PORT", "6432"),
+            "DISABLE_SERVER_SIDE_CURSORS": True,
+        }
 elif VENDOR == "mysql":
     DATABASES = {
         "default": {
@@ -53,7 +66,9 @@ elif VENDOR == "mysql":
         }
     }
 else:
-    raise RuntimeError(f"INTENTS_TEST_DB must be sqlite, postgresql or mysql, not {VENDOR!r}")
+    raise RuntimeError(
+        f"INTENTS_TEST_DB must be sqlite, postgresql, pgbouncer or mysql, not {VENDOR!r}"
+    )
 
 (BASE_DIR / ".tmp").mkdir(exist_ok=True)
 
@@ -104,6 +119,8 @@ PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 # tests.conftest.external_kinds.
 EXTERNAL_KINDS = ["webhook", "job", "push", "delivery", "replication"]
 INTENTS = {"LEASE": 30, "EXTERNAL_KINDS": EXTERNAL_KINDS}
+if VENDOR == "pgbouncer":
+    INTENTS["LISTEN_DATABASE"] = "direct"
 # Django 6 has django.tasks built in; on 5.2 the django-tasks backport (a dev
 # dependency) is an app. Without it the rest of the suite still runs, and the
 # tests/test_tasks_*.py modules fail to import, loudly.

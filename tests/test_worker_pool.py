@@ -374,7 +374,11 @@ def test_with_retention_set_the_pool_prunes_one_small_batch_at_a_time(background
     running = background(pool({"p.idle": lambda intent, attempt: None}))
     wait_for(lambda: len(fake_retention) >= 2, "two prune calls")
     assert running.finish() == 0
-    assert fake_retention[0] == {"batch_size": housekeeping.PRUNE_BATCH_SIZE, "max_batches": 1}
+    assert fake_retention[0] == {
+        "batch_size": housekeeping.PRUNE_BATCH_SIZE,
+        "max_batches": 1,
+        "using": "default",
+    }
 
 
 def test_without_retention_the_pool_never_prunes(background, fake_retention):

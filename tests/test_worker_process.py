@@ -22,6 +22,7 @@ from django_intents import backoff
 from django_intents.models import Intent
 from tests.testapp.models import Effect
 
+from . import settings as suite_settings
 from .conftest import external_kinds, row, snapshot
 from .workerutil import Worker, wait_for
 
@@ -351,8 +352,10 @@ def test_connections_killed_server_side_mid_run_the_pool_reconnects_and_finishes
     worker.signal(signal.SIGTERM)
     worker.assert_clean_exit(timeout=15)
     assert all(row(id).claim_token == "" for id in ids)
-    if conn_max_age == "None":
+    if conn_max_age == "None" and suite_settings.VENDOR != "pgbouncer":
         # Persistent connections meet the dead ones: the errors are seen and survived.
+        # (Behind PgBouncer the pooler replaces a dead server connection between
+        # transactions, so the pool may never see one.)
         assert "database error" in worker.log, worker.log
     if connection.vendor == "postgresql":
         assert "LISTEN connection is back" in worker.log, worker.log

@@ -15,6 +15,8 @@ from tests.settings import *  # noqa: F403
 from tests.settings import BASE_DIR, DATABASES, INTENTS
 
 DATABASES["default"]["NAME"] = DATABASES["default"]["TEST"]["NAME"]
+if "direct" in DATABASES:  # the pgbouncer configuration's unpooled alias, for LISTEN
+    DATABASES["direct"]["NAME"] = DATABASES["default"]["NAME"]
 if "INTENTS_TEST_CONN_MAX_AGE" in os.environ:
     max_age = os.environ["INTENTS_TEST_CONN_MAX_AGE"]
     DATABASES["default"]["CONN_MAX_AGE"] = None if max_age == "None" else int(max_age)
