@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench import io_report, relay_report
+from bench import io_report, processes_report, relay_report
 from bench.io_report import LABELS
 
 PEERS = ("tasks_db", "ox", "procrastinate")
@@ -216,6 +216,10 @@ def render(report: dict[str, Any]) -> str:
     rows = io_report.rows(results)
     if rows:
         parts.append(_table(io_report.title(report), io_report.HEADER, rows))
+
+    rows = processes_report.rows(results)
+    if rows:
+        parts.append(_table(processes_report.title(report), processes_report.HEADER, rows))
 
     rows = relay_report.rows(results)
     if rows:

@@ -22,6 +22,10 @@ Workloads (docs/benchmarks.md says what each measures and why):
   one rate-limited, without and with a per-target limit; healthy deliveries/s,
   enqueue-to-delivery p50/p99, what the bad partners saw
   (``bench/relay_workload.py``);
+- processes: 20,000 jobs drained by 1, 2, 4 and 8 worker processes of 4
+  workers each (django-intents only): jobs/s, executions counted by the jobs
+  themselves (duplicates, none expected without faults) and each process's
+  share (``bench/processes_workload.py``);
 - ceiling: pgbench, one-row UPDATE per transaction, on the same PostgreSQL.
 
 Each (system, database) pair runs in its own process (``bench/suite.py``) with
@@ -83,6 +87,10 @@ FULL = {
     "relay_tasks_db": 2000,
     "relay_tasks_db_processes": 16,
     "relay_timeout": 240,
+    "processes_n": 20000,
+    "process_counts": [1, 2, 4, 8],
+    "process_workers": 4,
+    "processes_timeout": 300,
 }
 QUICK = {
     **FULL,
@@ -106,8 +114,10 @@ QUICK = {
     "relay_tasks_db": 400,
     "relay_tasks_db_processes": 4,
     "relay_timeout": 60,
+    "processes_n": 300,
+    "process_counts": [1, 2],
 }
-WORKLOADS = ["enqueue", "drain", "latency", "large", "crash", "io", "relay"]
+WORKLOADS = ["enqueue", "drain", "latency", "large", "crash", "io", "relay", "processes"]
 
 
 def main() -> int:
@@ -143,6 +153,11 @@ def main() -> int:
         help="databases the relay workload runs on (default: postgresql, even with --quick: "
         "it needs aiohttp, which the test venvs lack)",
     )
+    parser.add_argument(
+        "--processes-db",
+        help="databases the processes workload runs on (default: postgresql; with --quick, "
+        "every database)",
+    )
     parser.add_argument("--json", type=Path, help="write every figure to this file")
     args = parser.parse_args()
     dbs = [db for db in args.db.split(",") if db]
@@ -161,6 +176,7 @@ def main() -> int:
         "io_dbs": args.io_db.split(",") if args.io_db else large_default,
         "io_variants": _io_variants(parser, args.io_variants),
         "relay_dbs": args.relay_db.split(","),
+        "processes_dbs": args.processes_db.split(",") if args.processes_db else large_default,
     }
     missing = [p for p in peers if not _installed(p)]
     peers = [p for p in peers if p not in missing]

@@ -354,6 +354,14 @@ def main() -> int:
         from .io_workload import io
 
         results["io"] = io(suite, sizes)
+    if (
+        "processes" in workloads
+        and suite.vendor in sizes["processes_dbs"]
+        and suite.system.name == "intents"
+    ):
+        from .processes_workload import processes
+
+        results["processes"] = processes(suite, sizes)
     if "relay" in workloads and suite.vendor in sizes["relay_dbs"]:
         from .relay_workload import relay
 

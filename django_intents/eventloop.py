@@ -27,6 +27,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any, cast
 
 from .execution import Claim, Finished
+from .tracing import processing
 
 # The pool's logger: operators filter on one name for everything a pool says.
 log = logging.getLogger("django_intents.worker")
@@ -99,15 +100,16 @@ class EventLoop:
     async def _attempt(self, claim: Claim) -> None:
         started = time.monotonic()
         error: BaseException | None = None
-        try:
-            handler = cast(Callable[..., Coroutine[Any, Any, object]], claim.handler)
-            await handler(claim.intent, claim.attempt)
-        except asyncio.CancelledError as exc:
-            # The claim was lost, or the pool released it past the grace period.
-            error = exc
-        except BaseException as exc:  # a handler's failure is a result, never a dead loop
-            error = exc
-        claim.ended(started, error)
+        with processing(claim):
+            try:
+                handler = cast(Callable[..., Coroutine[Any, Any, object]], claim.handler)
+                await handler(claim.intent, claim.attempt)
+            except asyncio.CancelledError as exc:
+                # The claim was lost, or the pool released it past the grace period.
+                error = exc
+            except BaseException as exc:  # a handler's failure is a result, never a dead loop
+                error = exc
+            claim.ended(started, error)
         error = None  # a traceback-frame cycle, as in execution.Executor.run
         self._hand_back(claim)
 

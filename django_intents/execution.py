@@ -36,6 +36,7 @@ from .handlers import Handler
 from .models import Intent
 from .outage import cause_text
 from .signals import Outcome, attempt_finished
+from .tracing import processing
 from .validation import exception_text
 
 # The pool's logger: operators filter on one name for everything a pool says.
@@ -181,6 +182,10 @@ class Executor:
         """Run one handler and write its outcome on the claim."""
         if not claim.startable():
             return
+        with processing(claim):
+            self._run(claim)
+
+    def _run(self, claim: Claim) -> None:
         started = time.monotonic()
         error: BaseException | None = None
         try:

@@ -30,6 +30,7 @@ from .limits import applying
 from .pauses import PauseMethods
 from .retries import backoff, gives_up
 from .signals import intents_rescued, intents_transitioned
+from .tracing import sending
 from .validation import aware, item_row, later, new_row
 
 if TYPE_CHECKING:
@@ -101,7 +102,8 @@ class IntentManager(PauseMethods, models.Manager.from_queryset(IntentQuerySet)):
         )
         check_kind(row["kind"])
         backend = self._backend()
-        self._announce(states.State.PENDING, backend.insert([row]), backend)
+        with sending([row]):
+            self._announce(states.State.PENDING, backend.insert([row]), backend)
         return str(row["id"])
 
     def enqueue_many(
@@ -116,7 +118,7 @@ class IntentManager(PauseMethods, models.Manager.from_queryset(IntentQuerySet)):
             check_kind(kind)
         unique = list({row["id"]: row for row in reversed(rows)}.values())[::-1]
         backend = self._backend()
-        with _atomic_if(len(unique) > INSERT_BATCH, backend.alias):
+        with sending(unique), _atomic_if(len(unique) > INSERT_BATCH, backend.alias):
             for start in range(0, len(unique), INSERT_BATCH):
                 kinds = backend.insert(unique[start : start + INSERT_BATCH])
                 self._announce(states.State.PENDING, kinds, backend)

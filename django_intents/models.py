@@ -10,6 +10,7 @@ from django.db.models import Q
 from . import states
 from .identity import ID_LENGTH, MAX_LENGTHS
 from .managers import IntentManager
+from .tracing import MAX_CONTEXT
 
 
 class Intent(models.Model):
@@ -43,6 +44,10 @@ class Intent(models.Model):
     last_error = models.TextField(blank=True, default="")
     claim_token = models.CharField(max_length=32, blank=True, default="")
     claim_until = models.DateTimeField(null=True, blank=True)
+    # The W3C trace context of the span that enqueued the intent (JSON), which
+    # each attempt's span links to (``tracing.py``); empty without the otel
+    # extra. The database default serves processes of the previous release.
+    trace_context = models.CharField(max_length=MAX_CONTEXT, blank=True, default="", db_default="")
 
     objects = IntentManager()
 

@@ -180,6 +180,7 @@ def new_row(
             "last_error": "",
             "claim_token": "",
             "claim_until": None,
+            "trace_context": "",
         }
     except (TypeError, ValueError) as exc:
         raise type(exc)(f"{label}{exc}") from None

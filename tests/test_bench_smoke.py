@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -31,7 +33,7 @@ def test_quick_benchmark_on_sqlite_reports_every_workload(tmp_path):
         timeout=300,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    for title in ("Enqueue", "Drain", "Latency", "Large table", "Crash cost", "IO"):
+    for title in ("Enqueue", "Drain", "Latency", "Large table", "Crash cost", "IO", "Processes"):
         assert f"### {title}" in done.stdout
 
     report = json.loads(out.read_text())
@@ -57,6 +59,14 @@ def test_quick_benchmark_on_sqlite_reports_every_workload(tmp_path):
 
     [crash] = result["crash"]
     assert positive(crash["lease_s"]) and positive(crash["seconds"])
+
+    # Several processes on one queue: every job ran exactly once, shared out.
+    sizes = report["meta"]["sizes"]
+    assert [row["processes"] for row in result["processes"]] == sizes["process_counts"]
+    for row in result["processes"]:
+        assert (row["done"], row["executions"]) == (sizes["processes_n"], sizes["processes_n"])
+        assert (row["duplicates"], row["never_ran"]) == (0, 0)
+        assert positive(row["per_s"]) and sum(row["shares"]) == pytest.approx(1)
 
     # The io workload: the timer variants always run (the HTTP ones only where
     # the bench extra installed aiohttp and urllib3); every job ends where its

@@ -37,14 +37,16 @@ def wait_for(predicate: Callable[[], T], what: str, timeout: float = 15.0) -> T:
 class Worker:
     """One ``run_intent_workers`` process."""
 
-    def __init__(self, args: list[str], intents: dict[str, Any], env: dict[str, str]) -> None:
+    def __init__(
+        self, args: list[str], intents: dict[str, Any], env: dict[str, str], cwd: Path = ROOT
+    ) -> None:
         self.args = args
         self._log = tempfile.NamedTemporaryFile(  # noqa: SIM115 - closed in kill()
             mode="w+b", prefix="intents-worker-", suffix=".log", delete=False
         )
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "django", "run_intent_workers", *args],
-            cwd=ROOT,
+            cwd=cwd,
             env={
                 **os.environ,
                 "DJANGO_SETTINGS_MODULE": "tests.worker_settings",

@@ -34,7 +34,7 @@ from .rows import hydrate, to_values
 JSON_COLUMNS = ("id", "kind", "event_id", "target", "payload", "next_at", "priority")
 JSON_TYPES = (
     "id text, kind text, event_id text, target text, payload jsonb, next_at timestamptz, "
-    "priority smallint"
+    "priority smallint, trace_context text"
 )
 
 
@@ -162,6 +162,7 @@ class PostgreSQLBackend(LimitedClaims, ServerBoundCursors, Backend):
         fixed = {
             "next_at": "COALESCE(r.next_at, %s)",
             "priority": "COALESCE(r.priority, 0)",
+            "trace_context": "COALESCE(r.trace_context, '')",
             "created_at": "%s",
             "updated_at": "%s",
             "state": "'pending'",
@@ -321,7 +322,7 @@ def _salt() -> str:
 
 def _json_rows(rows: Sequence[dict[str, Any]], now: datetime) -> str:
     """The rows as one JSON array; ``next_at`` only where it is not the batch's ``now``,
-    ``priority`` only where it is not 0."""
+    ``priority`` and ``trace_context`` only where they are set."""
     items = []
     for row in rows:
         item = {column: row[column] for column in JSON_COLUMNS[:5]}
@@ -329,5 +330,7 @@ def _json_rows(rows: Sequence[dict[str, Any]], now: datetime) -> str:
             item["next_at"] = row["next_at"].isoformat()
         if row["priority"]:
             item["priority"] = row["priority"]
+        if row["trace_context"]:
+            item["trace_context"] = row["trace_context"]
         items.append(item)
     return json.dumps(items)

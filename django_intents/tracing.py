@@ -1,0 +1,112 @@
+"""OpenTelemetry spans for enqueue and for every attempt, with the ``otel`` extra.
+
+An intent crosses a process boundary (and usually hours): the request that
+enqueued it and the attempts that ran it are different traces. Following
+OpenTelemetry's messaging semantic conventions, ``enqueue`` is a ``send``
+span (PRODUCER) in the caller's trace, and each attempt is a ``process`` span
+(CONSUMER) that starts its own trace and links to the send: the link is the
+send span's W3C trace context, stored with the intent in ``trace_context``.
+
+Without opentelemetry-api installed nothing here imports it and nothing is
+stored; with the API but no SDK configured, spans are the API's no-op ones,
+whose context is invalid, so again nothing is stored.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+try:
+    from opentelemetry import propagate, trace
+    from opentelemetry.trace import Link, SpanKind, StatusCode
+except ImportError:  # the otel extra is not installed
+    trace = None
+
+SYSTEM = "django_intents"
+# ``Intent.trace_context``'s length: a long ``tracestate`` is dropped, the
+# ``traceparent`` alone (55 characters) still makes the link.
+MAX_CONTEXT = 1024
+FAILED = frozenset(
+    {"error", "stopped"}
+)  # the handler failed; a fenced result is dropped, not failed
+
+
+def enabled() -> bool:
+    return trace is not None
+
+
+def tracer() -> Any:
+    """The tracer of the globally configured provider (tests hand in their own)."""
+    return trace.get_tracer(SYSTEM)
+
+
+@contextlib.contextmanager
+def sending(rows: Sequence[dict[str, Any]]) -> Iterator[None]:
+    """A ``send`` span around the insert of ``rows``; each row gets its ``trace_context``."""
+    if trace is None or not rows:
+        yield
+        return
+    kinds = {row["kind"] for row in rows}
+    destination = next(iter(kinds)) if len(kinds) == 1 else None
+    attributes: dict[str, Any] = {
+        "messaging.system": SYSTEM,
+        "messaging.operation.type": "send",
+        "messaging.operation.name": "enqueue",
+    }
+    if destination is not None:
+        attributes["messaging.destination.name"] = destination
+    if len(rows) == 1:
+        attributes["messaging.message.id"] = rows[0]["id"]
+    else:
+        attributes["messaging.batch.message_count"] = len(rows)
+    name = f"send {destination}" if destination is not None else "send"
+    with tracer().start_as_current_span(name, kind=SpanKind.PRODUCER, attributes=attributes):
+        carrier: dict[str, str] = {}
+        propagate.inject(carrier)
+        context = json.dumps(carrier, sort_keys=True) if carrier else ""
+        if len(context) > MAX_CONTEXT:
+            context = json.dumps({"traceparent": carrier.get("traceparent", "")})
+        for row in rows:
+            row["trace_context"] = context
+        yield
+
+
+@contextlib.contextmanager
+def processing(claim: Any) -> Iterator[None]:
+    """A ``process`` span around one attempt (an ``execution.Claim``, which imports
+    this module), linked to the intent's send span."""
+    if trace is None:
+        yield
+        return
+    intent = claim.intent
+    links = []
+    if intent.trace_context:
+        with contextlib.suppress(ValueError, TypeError):
+            carrier = json.loads(intent.trace_context)
+            sent = trace.get_current_span(propagate.extract(carrier)).get_span_context()
+            if sent.is_valid:
+                links.append(Link(sent))
+    attributes = {
+        "messaging.system": SYSTEM,
+        "messaging.operation.type": "process",
+        "messaging.operation.name": "attempt",
+        "messaging.destination.name": intent.kind,
+        "messaging.message.id": intent.id,
+        "django_intents.attempt": intent.attempts,
+    }
+    # A new trace, not a child of whatever context the worker thread holds.
+    with tracer().start_as_current_span(
+        f"process {intent.kind}",
+        context=trace.set_span_in_context(trace.INVALID_SPAN),
+        kind=SpanKind.CONSUMER,
+        links=links,
+        attributes=attributes,
+    ) as span:
+        yield
+        outcome = claim.outcome.value if claim.outcome is not None else "unknown"
+        span.set_attribute("django_intents.outcome", outcome)
+        if outcome in FAILED:
+            span.set_status(StatusCode.ERROR, claim.cause or outcome)
