@@ -23,6 +23,7 @@ from django.utils import timezone
 
 from django_intents.admin_actions import skipped_message
 from django_intents.admin_summary import queue_summary
+from django_intents.clock import server_now
 from django_intents.humanize import relative, short_duration
 from django_intents.models import Intent
 
@@ -384,9 +385,9 @@ def test_retry_now_action_makes_unfinished_intents_due_and_skips_finished_ones(
         mixed["completed"]: row(mixed["completed"]),
         mixed["cancelled"]: row(mixed["cancelled"]),
     }
-    before = timezone.now()
+    before = server_now()
     response = act(admin_client, "retry_now", list(mixed.values()))
-    after = timezone.now()
+    after = server_now()
     assert response.status_code == 302
     for key in ("pending", "running"):
         intent = row(mixed[key])
@@ -507,7 +508,7 @@ def test_change_page_of_a_finished_intent_has_no_buttons(admin_client, mixed):
 
 
 def test_retry_now_button(admin_client, mixed):
-    before = timezone.now()
+    before = server_now()
     response = admin_client.post(button_url("retry_now", mixed["running"]))
     assert response.status_code == 302
     assert response["Location"] == change_url(mixed["running"])

@@ -28,6 +28,7 @@ from django.utils.html import escape
 from django.utils.http import http_date
 
 from django_intents import Attempt, Retry
+from django_intents.clock import server_now
 from django_intents.models import Intent
 from django_intents.worker import WorkerPool
 
@@ -404,7 +405,7 @@ def test_a_pool_snoozes_a_webhook_the_partner_answers_429_and_it_is_not_a_failed
 ):
     set_partner("throttled", retry_after=30)
     snoozed = Intent.objects.enqueue("webhook", "order-1-placed", live_server.url + RECEIVER, {})
-    before = timezone.now()
+    before = server_now()
 
     # One attempt allowed: an ordinary failure would cancel the intent.
     with override_settings(INTENTS=intents(MAX_ATTEMPTS=1)):

@@ -23,6 +23,7 @@ from django.test import override_settings
 from django.utils import timezone
 
 from django_intents import intent_id
+from django_intents.clock import server_now
 from django_intents.handlers import discover
 from django_intents.models import Intent
 from django_intents.tasks import TASK_KIND, IntentsBackend, IntentsTask
@@ -87,7 +88,7 @@ def test_enqueue_stores_one_pending_intent_naming_the_task():
 
 
 def test_enqueue_returns_a_ready_result_like_any_django_backend():
-    before = timezone.now()
+    before = server_now()
     result = tasks.echo.enqueue(1, "two", three=[3])
 
     assert result.task == tasks.echo

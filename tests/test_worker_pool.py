@@ -22,6 +22,7 @@ from django.test import override_settings
 from django.utils import timezone
 
 from django_intents import Stop, demand, housekeeping, retention, signals
+from django_intents.clock import server_now
 from django_intents.managers import IntentManager
 from django_intents.models import Intent
 from django_intents.wakeup import Listener, listen_supported
@@ -281,7 +282,7 @@ def test_stop_cancels_running_attempts_and_a_handler_giving_up_is_released_at_on
     (id,) = enqueue("p.patient")
     running = background(pool({"p.patient": patient}, grace=30.0))
     wait_for(lambda: row(id).state == Intent.State.RUNNING, "the claim")
-    stopped_at = timezone.now()
+    stopped_at = server_now()
 
     assert running.finish(timeout=10) == 0
 

@@ -19,6 +19,7 @@ from django.db import connection
 from django.utils import timezone
 
 from django_intents import backoff
+from django_intents.clock import server_now
 from django_intents.models import Intent
 from tests.testapp.models import Effect
 
@@ -160,7 +161,7 @@ def test_sigterm_during_a_handler_that_checks_cancelled_releases_it_due_now(star
     id = enqueue("test.sleepy", payload={"on_cancel": "raise"})
     worker = start_worker(*SHORT, "--grace", "20")
     wait_for(lambda: has_note(id, "start 1"), "the handler to start")
-    before = timezone.now()
+    before = server_now()
 
     worker.signal(signal.SIGTERM)
 
@@ -196,7 +197,7 @@ def test_the_stop_line_says_attempts_were_asked_to_stop_not_intents_cancelled(st
 
 
 def test_sigterm_with_a_handler_ignoring_cancelled_releases_it_after_the_grace(start_worker):
-    before = timezone.now()
+    before = server_now()
     id, worker = sigterm_a_handler_that_ignores_cancelled(start_worker, "1")
 
     assert_due_now_and_unclaimed(id, before)
@@ -221,7 +222,7 @@ def test_a_second_signal_releases_running_handlers_at_once(start_worker):
     id = enqueue("test.sleepy", payload={"on_cancel": "ignore"})
     worker = start_worker(*SHORT, "--grace", "60")
     wait_for(lambda: has_note(id, "start 1"), "the handler to start")
-    before = timezone.now()
+    before = server_now()
 
     worker.signal(signal.SIGTERM)
     wait_for(lambda: "stopping on SIGTERM" in worker.log, "the first signal to be seen")
@@ -493,7 +494,7 @@ def test_until_empty_past_its_timeout_stops_and_exits_1_naming_what_is_left(star
 
 def test_drain_past_its_timeout_releases_what_runs_and_exits_1(start_worker):
     stuck = enqueue("test.sleepy", payload={"on_cancel": "ignore"})
-    before = timezone.now()
+    before = server_now()
 
     worker = start_worker("--drain", "--timeout", "1", "--grace", "0.3", *SHORT)
     code = worker.wait(30)
