@@ -4,7 +4,7 @@ The test database of ``tests.settings``, and nothing the previous release's
 code would not know: its app, the handlers app and the settings keys it had.
 """
 
-from tests.settings import BASE_DIR, DATABASES  # noqa: F401 - BASE_DIR for Django's defaults
+from tests.settings import DATABASES
 
 DATABASES = {"default": {**DATABASES["default"], "NAME": DATABASES["default"]["TEST"]["NAME"]}}
 SECRET_KEY = "django-intents-upgrade"  # noqa: S105
