@@ -29,9 +29,9 @@ SYSTEM = "django_intents"
 # ``Intent.trace_context``'s length: a long ``tracestate`` is dropped, the
 # ``traceparent`` alone (55 characters) still makes the link.
 MAX_CONTEXT = 1024
-FAILED = frozenset(
-    {"error", "stopped"}
-)  # the handler failed; a fenced result is dropped, not failed
+NOTHING: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
+# The handler failed. A fenced attempt is not a failure: its result was dropped.
+FAILED = frozenset({"error", "stopped"})
 
 
 def enabled() -> bool:
@@ -43,12 +43,22 @@ def tracer() -> Any:
     return trace.get_tracer(SYSTEM)
 
 
+def sending(rows: Sequence[dict[str, Any]]) -> contextlib.AbstractContextManager[None]:
+    """A ``send`` span around the insert of ``rows``; each row gets its ``trace_context``.
+
+    Without the extra, one shared no-op: enqueue pays no generator for it.
+    """
+    return NOTHING if trace is None or not rows else _sending(rows)
+
+
+def processing(claim: Any) -> contextlib.AbstractContextManager[None]:
+    """A ``process`` span around one attempt (an ``execution.Claim``, which imports
+    this module), linked to the intent's send span; without the extra, a no-op."""
+    return NOTHING if trace is None else _processing(claim)
+
+
 @contextlib.contextmanager
-def sending(rows: Sequence[dict[str, Any]]) -> Iterator[None]:
-    """A ``send`` span around the insert of ``rows``; each row gets its ``trace_context``."""
-    if trace is None or not rows:
-        yield
-        return
+def _sending(rows: Sequence[dict[str, Any]]) -> Iterator[None]:
     kinds = {row["kind"] for row in rows}
     destination = next(iter(kinds)) if len(kinds) == 1 else None
     attributes: dict[str, Any] = {
@@ -75,12 +85,7 @@ def sending(rows: Sequence[dict[str, Any]]) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def processing(claim: Any) -> Iterator[None]:
-    """A ``process`` span around one attempt (an ``execution.Claim``, which imports
-    this module), linked to the intent's send span."""
-    if trace is None:
-        yield
-        return
+def _processing(claim: Any) -> Iterator[None]:
     intent = claim.intent
     links = []
     if intent.trace_context:
