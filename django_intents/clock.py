@@ -15,8 +15,9 @@ faked, and nothing here moves. The monotonic clock's rate error (parts per
 million) is bounded by reading the server again every ``REFRESH`` seconds.
 
 The reading is stamped when its round trip returns, so this clock lags the
-server by at most that round trip's return half: a lease is judged expired
-that much late, never early; an intent is seen due that much late.
+server by at most that round trip: a lease is judged expired that much late,
+never early. A reading whose round trip took more than ``ROUND_TRIP`` is
+taken again (``refresh``).
 
 SQLite has no server; its clock is the C library's wall clock in the calling
 process, so that clock is read on every call (``wall_clock``), not carried.
@@ -36,6 +37,9 @@ from .backends import read_clock
 from .validation import aware
 
 REFRESH = 60.0
+# A reading whose round trip took longer is taken again (``refresh``).
+ROUND_TRIP = 0.05
+TRIES = 5
 
 
 @dataclass(frozen=True)
@@ -74,9 +78,31 @@ def wall_clock() -> datetime:
 
 
 def refresh(alias: str) -> Reading:
-    """Read the server's clock on this thread's connection to ``alias``."""
-    reading = _readings[alias] = Reading(read_clock(connections[alias]), time.monotonic())
-    return reading
+    """Read the server's clock on this thread's connection to ``alias``.
+
+    A reading is only as good as its round trip: a thread held up between the
+    server's answer and its own stamp (a busy interpreter, a slow network)
+    would carry a clock that lags by that long for a whole ``REFRESH``. So the
+    read is timed and taken again while its round trip is over ``ROUND_TRIP``,
+    up to ``TRIES`` times, and the quickest one is kept, as NTP does. It is
+    stamped when it returns, so the clock lags the server's, never leads it.
+    """
+    best, took = _timed_read(alias)
+    for _ in range(TRIES - 1):
+        if best.server is None or took <= ROUND_TRIP:
+            break
+        again, again_took = _timed_read(alias)
+        if again_took < took:
+            best, took = again, again_took
+    _readings[alias] = best
+    return best
+
+
+def _timed_read(alias: str) -> tuple[Reading, float]:
+    sent = time.monotonic()
+    server = read_clock(connections[alias])  # None on SQLite: nothing to carry
+    back = time.monotonic()
+    return Reading(server, back), back - sent
 
 
 def forget() -> None:
