@@ -31,6 +31,7 @@ from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_POST
 
 from .admin_actions import TRANSITIONS, Transition, action, apply, delete_selected
+from .admin_list import CountingPaginator, IntentChangeList, KindFilter, LastErrorFilter, search
 from .admin_pauses import KIND_CHANGES, kind_view
 from .admin_summary import queue_summary
 from .clock import server_now
@@ -57,53 +58,6 @@ PAYLOAD_DISPLAY_LIMIT = 100_000
 # -- the list ---------------------------------------------------------------------
 
 
-class LastErrorFilter(admin.SimpleListFilter):
-    """Failing intents: pending ones waiting to retry after an error, or cancelled with one."""
-
-    title = gettext_lazy("last error")
-    parameter_name = "error"
-
-    def lookups(
-        self, request: HttpRequest, model_admin: admin.ModelAdmin[Any]
-    ) -> list[tuple[str, str]]:
-        return [("yes", _("Has an error")), ("no", _("No error"))]
-
-    def queryset(self, request: HttpRequest, queryset: QuerySet[Intent]) -> QuerySet[Intent]:
-        if self.value() == "yes":
-            return queryset.exclude(last_error="")
-        if self.value() == "no":
-            return queryset.filter(last_error="")
-        return queryset
-
-
-class IntentChangeList(ChangeList):
-    """Sorting by "next run" or by priority is the claim order: ties broken as the
-    claim breaks them."""
-
-    def get_ordering(self, request: HttpRequest, queryset: QuerySet[Intent]) -> list[Any]:
-        ordering = super().get_ordering(request, queryset)
-        if ordering and ordering[0] in ("next_at", "-next_at"):
-            sign = "-" if ordering[0].startswith("-") else ""
-            ties = ("created_at", "id", "pk")
-            rest = [
-                part
-                for part in ordering[1:]
-                if not (isinstance(part, str) and part.lstrip("-") in ties)
-            ]
-            ordering = [ordering[0], f"{sign}created_at", f"{sign}id", *rest]
-        elif ordering and ordering[0] in ("priority", "-priority"):
-            # By priority, then as the claim takes equal priorities.
-            sign = "-" if ordering[0] == "priority" else ""
-            ordering = [ordering[0], f"{sign}next_at", f"{sign}created_at", f"{sign}id"]
-        return ordering
-
-    def get_queryset(
-        self, request: HttpRequest, exclude_parameters: Any = None
-    ) -> QuerySet[Intent]:
-        # Payloads can be large and the list never shows them.
-        return super().get_queryset(request, exclude_parameters).defer("payload")
-
-
 @admin.register(Intent)
 class IntentAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     list_display = (
@@ -117,13 +71,20 @@ class IntentAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         "updated_at",
         "error_summary",
     )
-    list_filter = ("state", "kind", LastErrorFilter)
+    list_filter = ("state", KindFilter, LastErrorFilter)
+    # Django's search box; get_search_results (admin_list.search) does the searching.
     search_fields = ("^id", "event_id", "target")
-    search_help_text = gettext_lazy("Search by id (or its beginning), event id or target.")
-    # Newest first (ties by id, which Django adds); "Next run" sorts in claim order.
+    search_help_text = gettext_lazy(
+        "Search by id (or its beginning) or event id; failing those, by text inside "
+        "event ids and targets."
+    )
+    # Newest first (ties by id, which Django adds), from an index; "Next run"
+    # sorts in claim order.
     ordering = ("-created_at",)
-    # A COUNT(*) of the whole table on every filtered page is not worth it.
+    # A COUNT(*) of the whole table on every filtered page is not worth it; the
+    # page's own count is bounded (admin_list.CountingPaginator).
     show_full_result_count = False
+    paginator = CountingPaginator
     # One per administrative transition (admin_actions.TRANSITIONS), then deletion.
     actions = (*(action(transition) for transition in TRANSITIONS), delete_selected)
     fieldsets = (
@@ -292,6 +253,11 @@ class IntentAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return IntentChangeList
 
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[Intent], search_term: str
+    ) -> tuple[QuerySet[Intent], bool]:
+        return search(queryset, search_term), False
+
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
@@ -347,7 +313,7 @@ class IntentAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
                 messages.WARNING,
             )
             return HttpResponseRedirect(self._url("changelist"))
-        apply(self, request, [intent], transition)
+        apply(self, request, {intent.pk: intent.kind}, transition)
         return HttpResponseRedirect(self._url("change", intent.pk))
 
     def _url_name(self, name: str) -> str:

@@ -1,8 +1,11 @@
 """The summary above the intents list: states, and per kind what waits, what a limit holds
 and whether the kind is paused.
 
-One read of the backlog (``backlog.read_backlog``) shaped for the template
-``admin/django_intents/intent/summary.html``.
+One read of the backlog (``backlog.read_backlog``: the unfinished intents, exactly)
+and a bounded count of each finished state (``admin_list.bounded_count``: exact
+up to 10,000, past that the planner's estimate), shaped for the template
+``admin/django_intents/intent/summary.html``. Finished intents are most of a
+big table, and counting them exactly would read all of it on every page.
 """
 
 from __future__ import annotations
@@ -10,10 +13,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from django.db import router
+
+from .admin_list import bounded_count, exceeds_bound, present_kinds
 from .backlog import read_backlog
+from .backlog_estimate import estimate_backlog
+from .clock import server_now
 from .conf import get_settings
 from .humanize import short_duration
-from .states import State
+from .models import Intent
+from .states import ACTIVE, TERMINAL, State
 
 
 def _waiting(age: timedelta | None) -> str:
@@ -25,6 +34,7 @@ class StateCount:
     value: str
     label: str
     count: int
+    exact: bool = True  # False: the planner's estimate
 
 
 @dataclass(frozen=True)
@@ -36,6 +46,7 @@ class KindSummary:
     limited: int = 0  # due, but held back by its LIMITS entry
     limit: str = ""  # that entry, as a person reads it
     paused: bool = False  # no claim takes the kind
+    exact: bool = True  # False: active and due are estimates, limited is not known
 
     @property
     def waiting(self) -> str:
@@ -49,6 +60,7 @@ class QueueSummary:
     due: int
     oldest_due_age: timedelta | None
     limits: bool = False  # whether INTENTS["LIMITS"] is set: the table then has its column
+    exact: bool = True  # False: ``due`` is an estimate
 
     @property
     def waiting(self) -> str:
@@ -56,25 +68,51 @@ class QueueSummary:
 
 
 def queue_summary(now: datetime | None = None) -> QueueSummary:
-    """The backlog (``backlog.read_backlog``, one query) as the summary template reads it."""
-    backlog = read_backlog(now, finished=True)
+    """The backlog and the finished counts as the summary template reads them.
+
+    The backlog is exact while at most ``admin_list.EXACT`` intents are
+    unfinished, and estimated past that where the database can
+    (``backlog_estimate.py``); finished states are bounded counts.
+    """
+    using = router.db_for_read(Intent)
+    now = server_now(using) if now is None else now
+    kinds = present_kinds(using)
+    rows = Intent.objects.using(using).filter(kind__in=kinds)
+    backlog = None
+    if exceeds_bound(rows.filter(state__in=ACTIVE)):
+        backlog = estimate_backlog(now, kinds, using)
+    if backlog is None:
+        backlog = read_backlog(now, using=using)
+    counts = {
+        State.PENDING: (backlog.states[State.PENDING], backlog.exact),
+        State.RUNNING: (backlog.states[State.RUNNING], True),
+    }
+    for state in TERMINAL:
+        # Through the (kind, state, event_id) index: every kind, one state.
+        counts[state] = bounded_count(rows.filter(state=state))
 
     def age(since: datetime | None) -> timedelta | None:
         return None if since is None else backlog.now - since
 
     return QueueSummary(
-        states=[
-            StateCount(value, str(label), backlog.states[value]) for value, label in State.choices
-        ],
+        states=[StateCount(value, str(label), *counts[value]) for value, label in State.choices],
         kinds=[
             KindSummary(
-                k.kind, k.active, k.due, age(k.oldest_due), k.limited, _limit(k.kind), k.paused
+                k.kind,
+                k.active,
+                k.due,
+                age(k.oldest_due),
+                k.limited,
+                _limit(k.kind),
+                k.paused,
+                backlog.exact,
             )
             for k in backlog.kinds
         ],
         due=backlog.due,
         oldest_due_age=age(backlog.oldest_due),
         limits=bool(get_settings().limits),
+        exact=backlog.exact,
     )
 
 

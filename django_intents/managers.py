@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from django.db import connections, models, router, transaction
 
 from . import states, validation
+from .administrative import AdministrativeMethods
 from .backends import Backend, ClaimFilters, backend_for
 from .backends.base import MAX_LIMIT, Ending
 from .backends.claims import Claims
@@ -70,7 +71,9 @@ class IntentQuerySet(models.QuerySet["Intent"]):
         return self.filter(state=states.State.RUNNING, claim_until__lte=now_or(now, self.db))
 
 
-class IntentManager(PauseMethods, models.Manager.from_queryset(IntentQuerySet)):  # type: ignore[misc]
+class IntentManager(  # type: ignore[misc]
+    AdministrativeMethods, PauseMethods, models.Manager.from_queryset(IntentQuerySet)
+):
     # -- enqueue -------------------------------------------------------------
 
     def enqueue(
@@ -342,20 +345,6 @@ class IntentManager(PauseMethods, models.Manager.from_queryset(IntentQuerySet)):
         now, id = now_or(now, self._alias()), check_id(id)
         backend = self._backend()
         return self._moved(states.State.COMPLETED, backend.complete_pending(id, now=now), backend)
-
-    # -- administrative --------------------------------------------------------
-
-    def retry_now(self, id: str, *, now: datetime | None = None) -> bool:
-        """Make an unfinished intent due now; a current claimant loses its claim."""
-        now, id = now_or(now, self._alias()), check_id(id)
-        backend = self._backend()
-        return self._moved(states.State.PENDING, backend.retry_now(id, now=now), backend)
-
-    def cancel(self, id: str, *, now: datetime | None = None) -> bool:
-        """Cancel an unfinished intent; a current claimant loses its claim."""
-        now, id = now_or(now, self._alias()), check_id(id)
-        backend = self._backend()
-        return self._moved(states.State.CANCELLED, backend.cancel(id, now=now), backend)
 
     # -- plumbing --------------------------------------------------------------
 

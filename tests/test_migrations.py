@@ -1,4 +1,4 @@
-"""The migrations apply and reverse on every database; 0003 to 0006 do exactly what they say."""
+"""The migrations apply and reverse on every database; 0003 to 0009 do exactly what they say."""
 
 from __future__ import annotations
 
@@ -20,9 +20,11 @@ def index_names() -> set[str]:
 
 
 def test_reversing_0003_restores_the_dropped_indexes_and_reapplying_drops_them(vendor):
-    after = index_names()
-    call_command("migrate", "django_intents", "0002", verbosity=0)
+    latest = index_names()
+    call_command("migrate", "django_intents", "0003", verbosity=0)
     try:
+        after = index_names()
+        call_command("migrate", "django_intents", "0002", verbosity=0)
         restored = index_names() - after
     finally:
         call_command("migrate", "django_intents", verbosity=0)
@@ -32,7 +34,26 @@ def test_reversing_0003_restores_the_dropped_indexes_and_reapplying_drops_them(v
         assert restored == {"intents_claimable_idx", "intents_lease_idx", "intents_finished_idx"}
     else:
         assert restored == set()
-    assert index_names() == after
+    assert index_names() == latest
+
+
+def test_0009_swaps_the_kind_index_for_one_with_event_ids_and_indexes_created_at():
+    """Built CONCURRENTLY on PostgreSQL outside a transaction: check none is left invalid."""
+    latest = index_names()
+    assert {"intents_created_idx", "intents_kind_state_event_idx"} <= latest
+    assert "intents_kind_state_idx" not in latest
+    call_command("migrate", "django_intents", "0008", verbosity=0)
+    try:
+        reversed_to = index_names()
+    finally:
+        call_command("migrate", "django_intents", verbosity=0)
+    assert latest - reversed_to == {"intents_created_idx", "intents_kind_state_event_idx"}
+    assert reversed_to - latest == {"intents_kind_state_idx"}
+    assert index_names() == latest
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM pg_index WHERE NOT indisvalid")
+            assert cursor.fetchone() == (0,)
 
 
 def test_ids_kinds_and_tokens_compare_byte_for_byte_on_mysql(vendor):

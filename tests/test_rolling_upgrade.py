@@ -119,6 +119,8 @@ def test_previous_release_workers_keep_working_through_the_migrations_and_after(
             ["--workers", "2", "--lease", "5", "--renew", "1", "--kinds", KIND], handlers, {}
         )
         workers.append(new)
+        # Signals are handled from the start line on: before it, SIGTERM kills outright.
+        wait_for(new.started, "this release's worker to start", timeout=30)
         with external_kinds(KIND):
             for i in range(20):
                 Intent.objects.enqueue(KIND, f"after-new-{i}", "t", priority=i % 3 - 1)

@@ -74,8 +74,9 @@ class Backend:
     lock_running = ""
     # Set by each vendor: the insert that ignores known ids and returns kinds
     # (``{rows}``: the VALUES groups), the statement that finds due rows, and
-    # the server's wall clock in UTC, not fixed within a transaction (clock.py).
-    sql_insert = sql_claim = sql_probe = sql_clock = ""
+    # the server's wall clock in UTC, not fixed within a transaction (clock.py),
+    # and what wakes idle pools for kinds made due (PostgreSQL's NOTIFY).
+    sql_insert = sql_claim = sql_probe = sql_clock = sql_notify_kinds = ""
     # What leaves paused kinds out of every claim and due probe, inside the
     # claim's own statement: no query of its own, and the claim keeps its index
     # (the subquery of the small paused table is materialised once, or, on

@@ -1,0 +1,140 @@
+"""The SQL behind the admin on a big table: the kinds present, the planner's estimates,
+and the administrative transitions on many intents at once.
+
+Each costs what it returns, not what the table holds: the kinds are read from
+the ``(kind, state, event_id)`` index one kind at a time, an estimate is the
+planner's (no row is read), and a transition on a selection is one statement
+per ``BATCH`` intents, however many are selected.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from django.db import connections, transaction
+from django.db.models import QuerySet
+
+from .base import ACTIVE, CANCELLED, PENDING, RUNNING, Backend
+from .endings import CLEAR_CLAIM
+
+BATCH = 1000
+
+# What each administrative transition sets, and how many times it takes ``now``.
+SETS = {
+    "retry_now": (f"state = '{PENDING}', next_at = %s, {CLEAR_CLAIM}, updated_at = %s", 2),
+    "cancel": (f"state = '{CANCELLED}', {CLEAR_CLAIM}, updated_at = %s", 1),
+}
+
+
+def kinds(backend: Backend) -> list[str]:
+    """Every kind in the table, in order: a loose index scan, one index lookup per kind.
+
+    A recursive query, which PostgreSQL, MariaDB/MySQL and SQLite all run the
+    same way; ``SELECT DISTINCT kind`` would read every row's index entry.
+    """
+    t = backend.table
+    sql = (
+        f"WITH RECURSIVE k (kind) AS (SELECT MIN(kind) FROM {t} UNION ALL "
+        f"SELECT (SELECT MIN(kind) FROM {t} WHERE kind > k.kind) FROM k WHERE k.kind IS NOT NULL) "
+        f"SELECT kind FROM k WHERE kind IS NOT NULL"
+    )
+    with backend.cursor() as cursor:
+        cursor.execute(sql)
+        return [kind for (kind,) in cursor.fetchall()]
+
+
+def estimate(queryset: QuerySet[Any]) -> int | None:
+    """The planner's estimate of how many rows ``queryset`` returns; ``None`` on SQLite,
+    whose planner keeps no row counts."""
+    connection = connections[queryset.db]
+    sql, params = queryset.order_by().query.sql_with_params()
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(f"EXPLAIN (FORMAT JSON) {sql}", params)
+            (plan,) = cursor.fetchone()
+            plan = json.loads(plan) if isinstance(plan, str) else plan
+            return int(plan[0]["Plan"]["Plan Rows"])
+        if connection.vendor == "mysql":
+            cursor.execute(f"EXPLAIN {sql}", params)
+            names = [column[0] for column in cursor.description]
+            row = dict(zip(names, cursor.fetchone(), strict=True))
+            share = float(row.get("filtered") or 100) / 100
+            return int(int(row["rows"] or 0) * share)
+    return None
+
+
+def oldest_due(backend: Backend, kinds: Sequence[str], *, now: datetime) -> dict[str, datetime]:
+    """Per kind, when its longest-waiting due intent became claimable: one statement of
+    two ``MIN`` subqueries per kind, each of which the planner may answer by walking
+    the claim index (or the lease index) in order to the kind's first row."""
+    t = backend.table
+    pending = (
+        f"(SELECT MIN(next_at) FROM {t} WHERE kind = %s AND state = '{PENDING}' AND next_at <= %s)"
+    )
+    running = (
+        f"(SELECT MIN(claim_until) FROM {t} "
+        f"WHERE kind = %s AND state = '{RUNNING}' AND claim_until <= %s)"
+    )
+    if not kinds:
+        return {}
+    at = backend.dt(now)
+    with backend.cursor() as cursor:
+        cursor.execute(
+            "SELECT " + ", ".join(f"{pending}, {running}" for _ in kinds),
+            [value for kind in kinds for value in (kind, at, kind, at)],
+        )
+        found = cursor.fetchone()
+    oldest = {}
+    for kind, times in zip(kinds, zip(found[::2], found[1::2], strict=True), strict=True):
+        known = [_aware(value) for value in times if value is not None]
+        if known:
+            oldest[kind] = min(known)
+    return oldest
+
+
+def _aware(value: datetime) -> datetime:
+    """A time from a raw cursor, in UTC: MySQL's come naive (stored in UTC)."""
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value
+
+
+def administer_many(
+    backend: Backend, name: str, ids: Sequence[str], *, now: datetime
+) -> list[tuple[str, str]]:
+    """Run the administrative transition ``name`` on the unfinished intents among ``ids``;
+    return ``(id, kind)`` of each one it moved.
+
+    One ``UPDATE ... RETURNING`` per batch; MySQL and MariaDB, which cannot
+    return from an update, lock the batch's unfinished rows first and update
+    those, in one transaction. Intents made due wake idle pools, as
+    ``retry_now`` does.
+    """
+    sets, times = SETS[name]
+    at = backend.dt(now)
+    moved: list[tuple[str, str]] = []
+    for start in range(0, len(ids), BATCH):
+        batch = list(ids[start : start + BATCH])
+        where = f"WHERE id IN ({', '.join(['%s'] * len(batch))}) AND {ACTIVE}"
+        with transaction.atomic(using=backend.alias), backend.cursor() as cursor:
+            if backend.returning:
+                update = f"UPDATE {backend.table} SET {sets} {where} RETURNING id, kind, priority"
+                cursor.execute(update, [at] * times + batch)
+                rows = cursor.fetchall()
+            else:
+                select = f"SELECT id, kind, priority FROM {backend.table}{backend.by_id} {where}"
+                cursor.execute(f"{select} FOR UPDATE", batch)
+                rows = cursor.fetchall()
+                if rows:
+                    found = [row[0] for row in rows]
+                    marks = ", ".join(["%s"] * len(found))
+                    table = f"{backend.table}{backend.by_id}"
+                    update = f"UPDATE {table} SET {sets} WHERE id IN ({marks})"
+                    cursor.execute(update, [at] * times + found)
+            if rows and name == "retry_now" and backend.sql_notify_kinds:
+                due = sorted({kind for _, kind, _ in rows})
+                other = sorted({kind for _, kind, priority in rows if priority})
+                cursor.execute(backend.sql_notify_kinds, [due, other])
+        moved += [(id, kind) for id, kind, _ in rows]
+    return moved

@@ -1,0 +1,70 @@
+"""The backlog of a big queue, read at a cost that does not follow its size.
+
+``backlog.read_backlog`` reads every unfinished intent: exact, and cheap while
+they are few. Past ``admin_list.EXACT`` of them (a backlog of a hundred
+thousand after a partner's outage) the admin's summary reads this instead:
+
+- pending and due-pending intents per kind are the planner's estimates
+  (``backends.admin.estimate``), labelled as such in the page;
+- running intents per kind, and the expired leases among them, are counted
+  exactly: a running intent holds a worker's slot, so there are few;
+- the oldest due intent of each kind is exact: one ``MIN`` per kind, which the
+  planner answers from the claim index or the kind index, whichever is cheaper.
+
+SQLite has no estimates: there the exact backlog is read whatever its size.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import datetime
+
+from django.db import connections
+from django.db.models import Count, Q
+
+from .backends import backend_for
+from .backends.admin import estimate, oldest_due
+from .backlog import Backlog, KindBacklog
+from .models import Intent, PausedKind
+from .states import State
+
+
+def estimate_backlog(now: datetime, kinds: list[str], using: str) -> Backlog | None:
+    """The backlog at ``now`` of ``kinds`` (all the table holds), or ``None`` where the
+    database gives no estimates."""
+    rows = Intent.objects.using(using).order_by()
+    pending: dict[str, int] = {}
+    due: dict[str, int] = {}
+    for kind in kinds:
+        waiting = rows.filter(kind=kind, state=State.PENDING)
+        guess = estimate(waiting)
+        if guess is None:
+            return None
+        pending[kind], due[kind] = guess, estimate(waiting.filter(next_at__lte=now)) or 0
+    running = {
+        kind: (n, expired)
+        for kind, n, expired in rows.filter(state=State.RUNNING)
+        .values_list("kind")
+        .annotate(n=Count("pk"), expired=Count("pk", filter=Q(claim_until__lte=now)))
+    }
+    oldest = oldest_due(backend_for(connections[using], Intent), kinds, now=now)
+    paused = set(PausedKind.objects.using(using).values_list("kind", flat=True))
+    states: Counter[str] = Counter()
+    backlog = []
+    for kind in sorted(set(kinds) | paused):
+        n, expired = running.get(kind, (0, 0))
+        if not (pending.get(kind) or n or kind in paused):
+            continue
+        states[State.PENDING] += pending.get(kind, 0)
+        states[State.RUNNING] += n
+        backlog.append(
+            KindBacklog(
+                kind,
+                pending.get(kind, 0),
+                n,
+                due.get(kind, 0) + expired,
+                oldest.get(kind),
+                paused=kind in paused,
+            )
+        )
+    return Backlog(now, states, backlog, exact=False)
