@@ -145,6 +145,8 @@ def measure(rows: int, repeat: int) -> dict[str, Any]:
         "page 5000": page("?p=5000"),
         "summary": queue_summary,
     }
+    if rows <= 5000 * 100:  # a page past the last is a redirect
+        del views["page 5000"]
     figures: dict[str, Any] = {"rows": rows, "vendor": connection.vendor}
     for name, view in views.items():
         view()  # warm-up

@@ -3,7 +3,7 @@ and whether the kind is paused.
 
 One read of the backlog (``backlog.read_backlog``: the unfinished intents, exactly)
 and a bounded count of each finished state (``admin_list.bounded_count``: exact
-up to 10,000, past that the planner's estimate), shaped for the template
+up to 1,000, past that the planner's estimate), shaped for the template
 ``admin/django_intents/intent/summary.html``. Finished intents are most of a
 big table, and counting them exactly would read all of it on every page.
 """

@@ -5,7 +5,7 @@ they are few. Past ``admin_list.EXACT`` of them (a backlog of a hundred
 thousand after a partner's outage) the admin's summary reads this instead:
 
 - pending and due-pending intents per kind are the planner's estimates
-  (``backends.admin.estimate``), labelled as such in the page;
+  (``backends.admin.estimates``: one ``EXPLAIN`` for them all), labelled as such in the page;
 - running intents per kind, and the expired leases among them, are counted
   exactly: a running intent holds a worker's slot, so there are few;
 - the oldest due intent of each kind is exact: one ``MIN`` per kind, which the
@@ -23,7 +23,7 @@ from django.db import connections
 from django.db.models import Count, Q
 
 from .backends import backend_for
-from .backends.admin import estimate, oldest_due
+from .backends.admin import estimates, oldest_due
 from .backlog import Backlog, KindBacklog
 from .models import Intent, PausedKind
 from .states import State
@@ -33,14 +33,13 @@ def estimate_backlog(now: datetime, kinds: list[str], using: str) -> Backlog | N
     """The backlog at ``now`` of ``kinds`` (all the table holds), or ``None`` where the
     database gives no estimates."""
     rows = Intent.objects.using(using).order_by()
-    pending: dict[str, int] = {}
-    due: dict[str, int] = {}
-    for kind in kinds:
-        waiting = rows.filter(kind=kind, state=State.PENDING)
-        guess = estimate(waiting)
-        if guess is None:
-            return None
-        pending[kind], due[kind] = guess, estimate(waiting.filter(next_at__lte=now)) or 0
+    waiting = [rows.filter(kind=kind, state=State.PENDING) for kind in kinds]
+    due_now = [queryset.filter(next_at__lte=now) for queryset in waiting]
+    guesses = estimates(waiting + due_now) if kinds else []
+    if guesses is None:
+        return None
+    pending = dict(zip(kinds, guesses[: len(kinds)], strict=True))
+    due = dict(zip(kinds, guesses[len(kinds) :], strict=True))
     running = {
         kind: (n, expired)
         for kind, n, expired in rows.filter(state=State.RUNNING)

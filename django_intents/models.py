@@ -89,8 +89,9 @@ class Intent(models.Model):
             # Counts per kind and state, the kind filter and the list of kinds, and
             # a search by event id as one lookup per kind and state (admin_search.py).
             models.Index(fields=("kind", "state", "event_id"), name="intents_kind_state_event_idx"),
-            # The admin's list, newest first, without sorting the table.
-            models.Index(fields=("created_at",), name="intents_created_idx"),
+            # The admin's list, newest first (ties by id, as Django orders it), without
+            # sorting the table.
+            models.Index(fields=("created_at", "id"), name="intents_created_idx"),
             # Retention walks finished rows by age; partial so that the claim
             # planner is never tempted by an index that leads with state.
             models.Index(

@@ -49,21 +49,62 @@ def kinds(backend: Backend) -> list[str]:
 def estimate(queryset: QuerySet[Any]) -> int | None:
     """The planner's estimate of how many rows ``queryset`` returns; ``None`` on SQLite,
     whose planner keeps no row counts."""
-    connection = connections[queryset.db]
-    sql, params = queryset.order_by().query.sql_with_params()
+    found = estimates([queryset])
+    return None if found is None else found[0]
+
+
+def estimates(querysets: Sequence[QuerySet[Any]]) -> list[int] | None:
+    """The planner's estimate for each of ``querysets`` (of one database), from one
+    ``EXPLAIN`` of them all joined by ``UNION ALL``; ``None`` on SQLite."""
+    connection = connections[querysets[0].db]
+    if connection.vendor not in ("postgresql", "mysql"):
+        return None
+    parts, params = [], []
+    for queryset in querysets:
+        # Only the primary key: the estimate is the same, the plan quicker to make.
+        sql, part_params = queryset.order_by().values("pk").query.sql_with_params()
+        parts.append(f"({sql})")
+        params.extend(part_params)
+    union = " UNION ALL ".join(parts)
+    if connection.vendor == "postgresql":
+        return _postgresql_estimates(connection, union, params, len(querysets))
     with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            cursor.execute(f"EXPLAIN (FORMAT JSON) {sql}", params)
+        cursor.execute(f"EXPLAIN {union}", params)
+        names = [column[0] for column in cursor.description]
+        rows = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+    # One row per SELECT, numbered from 1 (MariaDB adds a UNION RESULT row, numbered NULL).
+    by_select = {row["id"]: row for row in rows if row["id"] is not None}
+    return [
+        int(int(row["rows"] or 0) * float(row.get("filtered") or 100) / 100)
+        for _, row in sorted(by_select.items())
+    ]
+
+
+def _postgresql_estimates(connection: Any, union: str, params: list[Any], n: int) -> list[int]:
+    """The row estimate of each branch of ``union``: the children of its ``Append``.
+
+    One query's estimate is its plan's top row count, parallel or not. Of
+    several, a parallel plan would give some branches' rows per worker, so
+    that plan is made without workers (``SET LOCAL``, in a transaction of its
+    own, which a pooler in transaction mode keeps on one server connection).
+    """
+    explain = f"EXPLAIN (FORMAT JSON) {union}"
+    with connection.cursor() as cursor:
+        if n == 1:
+            cursor.execute(explain, params)
             (plan,) = cursor.fetchone()
-            plan = json.loads(plan) if isinstance(plan, str) else plan
-            return int(plan[0]["Plan"]["Plan Rows"])
-        if connection.vendor == "mysql":
-            cursor.execute(f"EXPLAIN {sql}", params)
-            names = [column[0] for column in cursor.description]
-            row = dict(zip(names, cursor.fetchone(), strict=True))
-            share = float(row.get("filtered") or 100) / 100
-            return int(int(row["rows"] or 0) * share)
-    return None
+        else:
+            with transaction.atomic(using=connection.alias):
+                cursor.execute("SET LOCAL max_parallel_workers_per_gather = 0")
+                cursor.execute(explain, params)
+                (plan,) = cursor.fetchone()
+                cursor.execute("SET LOCAL max_parallel_workers_per_gather TO DEFAULT")
+    node = (json.loads(plan) if isinstance(plan, str) else plan)[0]["Plan"]
+    if n == 1:
+        return [int(node["Plan Rows"])]
+    while node["Node Type"] != "Append":  # a Result or the like above it
+        (node,) = node["Plans"]
+    return [int(branch["Plan Rows"]) for branch in node["Plans"]]
 
 
 def oldest_due(backend: Backend, kinds: Sequence[str], *, now: datetime) -> dict[str, datetime]:

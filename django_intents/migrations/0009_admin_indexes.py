@@ -1,7 +1,9 @@
 """Indexes for the admin on a big table (docs/operations.md, "Big tables").
 
-- ``intents_created_idx`` on ``created_at``: the list's default order, newest
-  first, read from the index instead of sorting every row.
+- ``intents_created_idx`` on ``(created_at, id)``: the list's default order,
+  newest first with ties broken by id (Django adds the primary key to make the
+  order total), read from the index instead of sorting every row; intents
+  enqueued in one ``enqueue_many`` share their ``created_at``.
 - ``intents_kind_state_event_idx`` on ``(kind, state, event_id)`` replaces
   ``(kind, state)``: everything that used the old one still can (the
   summary's counts per kind and state, the kind filter, the list of kinds),
@@ -15,7 +17,7 @@ plain way. MySQL and MariaDB build a secondary index online anyway.
 
 from django.db import migrations, models
 
-CREATED = models.Index(fields=("created_at",), name="intents_created_idx")
+CREATED = models.Index(fields=("created_at", "id"), name="intents_created_idx")
 KIND_STATE_EVENT = models.Index(
     fields=("kind", "state", "event_id"), name="intents_kind_state_event_idx"
 )
