@@ -77,9 +77,9 @@ def queue_summary(now: datetime | None = None) -> QueueSummary:
     using = router.db_for_read(Intent)
     now = server_now(using) if now is None else now
     kinds = present_kinds(using)
-    rows = Intent.objects.using(using).filter(kind__in=kinds)
+    rows = Intent.objects.using(using)
     backlog = None
-    if exceeds_bound(rows.filter(state__in=ACTIVE)):
+    if exceeds_bound(rows.filter(state__in=ACTIVE), kinds):
         backlog = estimate_backlog(now, kinds, using)
     if backlog is None:
         backlog = read_backlog(now, using=using)
@@ -89,7 +89,7 @@ def queue_summary(now: datetime | None = None) -> QueueSummary:
     }
     for state in TERMINAL:
         # Through the (kind, state, event_id) index: every kind, one state.
-        counts[state] = bounded_count(rows.filter(state=state))
+        counts[state] = bounded_count(rows.filter(state=state), kinds)
 
     def age(since: datetime | None) -> timedelta | None:
         return None if since is None else backlog.now - since
