@@ -18,7 +18,7 @@ from typing import Any
 
 from django.contrib import admin
 from django.contrib.admin.views.main import ChangeList
-from django.core.paginator import Paginator
+from django.core.paginator import Page, Paginator
 from django.db import connections, router
 from django.db.models import Q, QuerySet
 from django.http import HttpRequest
@@ -33,6 +33,8 @@ from .states import ALL
 
 # Counting this many rows costs a millisecond or two on any database.
 EXACT = 1_000
+# Pages that skip at least this many rows find their ids first (CountingPaginator.page).
+DEFERRED_FROM = 1_000
 
 
 def present_kinds(using: str | None = None) -> list[str]:
@@ -75,7 +77,13 @@ def _counted(queryset: QuerySet[Any], kinds: list[str] | None) -> int:
 
 
 class CountingPaginator(Paginator):
-    """Django's paginator, with ``bounded_count``: ``exact`` says which count it shows."""
+    """Django's paginator, with ``bounded_count`` (``exact`` says which count it shows),
+    and deep pages found by their ids first.
+
+    Page 500 skips 49,900 rows. Selecting only their primary keys, in the
+    list's order, reads ``intents_created_idx`` alone (an index-only scan on
+    PostgreSQL); the page's rows are then read by primary key.
+    """
 
     exact = True
 
@@ -83,6 +91,14 @@ class CountingPaginator(Paginator):
     def count(self) -> int:
         count, self.exact = bounded_count(self.object_list)
         return count
+
+    def page(self, number: Any) -> Page:
+        number = self.validate_number(number)
+        bottom = (number - 1) * self.per_page
+        if bottom < DEFERRED_FROM or not isinstance(self.object_list, QuerySet):
+            return super().page(number)
+        ids = self.object_list.values_list("pk", flat=True)[bottom : bottom + self.per_page]
+        return self._get_page(self.object_list.filter(pk__in=list(ids)), number, self)
 
 
 class KindFilter(admin.SimpleListFilter):

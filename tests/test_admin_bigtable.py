@@ -18,6 +18,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from django_intents import admin_list
+from django_intents.admin import IntentAdmin
 from django_intents.admin_summary import queue_summary
 from django_intents.clock import server_now
 from django_intents.models import Intent
@@ -125,6 +126,27 @@ def test_a_big_backlog_is_estimated_per_kind_with_exact_running_and_oldest_due(
     html = admin_client.get(CHANGELIST).content.decode()
     cells = re.search(r'<tr data-kind="webhook">(.*?)</tr>', html, re.S).group(1)
     assert cells.count('class="intents-estimate"') == 2  # active and due
+
+
+@pytest.mark.parametrize("query", [{}, {"state__exact": "pending"}, {"o": "-7"}])
+def test_deep_pages_found_by_their_ids_first_list_what_plain_pages_do(
+    admin_client, monkeypatch, query
+):
+    monkeypatch.setattr(IntentAdmin, "list_per_page", 3)
+    now = server_now()
+    for i in range(11):
+        make("pending" if i % 3 else "completed", event=f"e{i}", created=now, next_in=i % 4)
+
+    def pages() -> list[list[str]]:
+        return [listed(admin_client.get(CHANGELIST, {**query, "p": p})) for p in (1, 2, 3)]
+
+    plain = pages()
+    monkeypatch.setattr(admin_list, "DEFERRED_FROM", 3)  # from page 2 on
+    with CaptureQueriesContext(connection) as captured:
+        deferred = pages()
+    assert deferred == plain
+    assert sum(len(page) for page in plain) == len(set(sum(plain, [])))  # no row twice
+    assert any(" IN (" in q["sql"] and "LIMIT 3 OFFSET 3" not in q["sql"] for q in captured)
 
 
 # -- the kind filter ---------------------------------------------------------------------
