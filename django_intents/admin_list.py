@@ -27,7 +27,8 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
 from .backends import backend_for
-from .backends.admin import estimate, kinds
+from .backends.admin import estimate
+from .backends.admin import kinds as kinds_in_table
 from .models import Intent
 from .states import ALL
 
@@ -40,7 +41,7 @@ DEFERRED_FROM = 1_000
 def present_kinds(using: str | None = None) -> list[str]:
     """Every kind in the table, in order, without reading it."""
     alias = using or router.db_for_read(Intent)
-    return kinds(backend_for(connections[alias], Intent))
+    return kinds_in_table(backend_for(connections[alias], Intent))
 
 
 def exceeds_bound(queryset: QuerySet[Any], kinds: list[str] | None = None) -> bool:
