@@ -87,7 +87,7 @@ class Intent(models.Model):
                 name="intents_lease_idx",
             ),
             # Counts per kind and state, the kind filter and the list of kinds, and
-            # a search by event id as one lookup per kind and state (admin_search.py).
+            # a search by event id as one lookup per kind and state (admin_list.py).
             models.Index(fields=("kind", "state", "event_id"), name="intents_kind_state_event_idx"),
             # The admin's list, newest first (ties by id, as Django orders it), without
             # sorting the table.

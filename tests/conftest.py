@@ -16,6 +16,7 @@ from django.test import override_settings
 
 from django_intents.backends import backend_for
 from django_intents.models import Intent
+from django_intents.signals import intents_transitioned
 
 from . import settings as suite_settings
 
@@ -111,6 +112,21 @@ def row(id: str) -> Intent:  # noqa: A002
 def snapshot() -> list[tuple[Any, ...]]:
     """Every row and every column, to prove that a refused call changed nothing."""
     return list(Intent.objects.order_by("id").values_list())
+
+
+@pytest.fixture
+def announced() -> Iterator[list[tuple[str, list[str]]]]:
+    """What ``intents_transitioned`` says while the test runs: ``(to, sorted kinds)`` each time."""
+    seen: list[tuple[str, list[str]]] = []
+
+    def receiver(sender: Any, to: str, kinds: list[str], **kwargs: Any) -> None:
+        seen.append((to, sorted(kinds)))
+
+    intents_transitioned.connect(receiver)
+    try:
+        yield seen
+    finally:
+        intents_transitioned.disconnect(receiver)
 
 
 @pytest.fixture

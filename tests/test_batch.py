@@ -5,7 +5,6 @@ from django.db import transaction
 
 from django_intents.backends.base import Ending
 from django_intents.models import Intent
-from django_intents.signals import intents_transitioned
 
 from .conftest import T0, at, enqueue, row, snapshot
 
@@ -91,23 +90,14 @@ def test_complete_many_refuses_a_bad_id_before_writing():
 
 
 def test_complete_many_announces_the_completed_kinds_after_commit(
-    django_capture_on_commit_callbacks,
+    django_capture_on_commit_callbacks, announced
 ):
-    seen = []
-
-    def receiver(sender, to, kinds, **kwargs):
-        seen.append((to, sorted(kinds)))
-
-    intents_transitioned.connect(receiver)
-    try:
-        pairs = claimed(2)
-        seen.clear()
-        with django_capture_on_commit_callbacks(execute=True), transaction.atomic():
-            Intent.objects.complete_many([*pairs, (pairs[0][0], "0" * 32)], now=at(1))
-            assert seen == []
-        assert seen == [("completed", ["webhook", "webhook"])]
-    finally:
-        intents_transitioned.disconnect(receiver)
+    pairs = claimed(2)
+    announced.clear()
+    with django_capture_on_commit_callbacks(execute=True), transaction.atomic():
+        Intent.objects.complete_many([*pairs, (pairs[0][0], "0" * 32)], now=at(1))
+        assert announced == []
+    assert announced == [("completed", ["webhook", "webhook"])]
 
 
 def test_complete_many_inside_a_rolled_back_transaction_changes_nothing():
@@ -194,24 +184,17 @@ def test_finish_many_of_a_large_batch_moves_every_claim():
     assert set(Intent.objects.values_list("state", "last_error")) == {("cancelled", "down")}
 
 
-def test_finish_many_announces_each_state_after_commit(django_capture_on_commit_callbacks):
-    seen = []
-
-    def receiver(sender, to, kinds, **kwargs):
-        seen.append((to, sorted(kinds)))
-
-    intents_transitioned.connect(receiver)
-    try:
-        (a, ta), (b, tb) = claimed(2)
-        seen.clear()
-        with django_capture_on_commit_callbacks(execute=True), transaction.atomic():
-            Intent.objects.finish_many(
-                [Ending(a, ta, "pending", next_at=at(9)), Ending(b, tb, "cancelled")], now=at(1)
-            )
-            assert seen == []
-        assert seen == [("pending", ["webhook"]), ("cancelled", ["webhook"])]
-    finally:
-        intents_transitioned.disconnect(receiver)
+def test_finish_many_announces_each_state_after_commit(
+    django_capture_on_commit_callbacks, announced
+):
+    (a, ta), (b, tb) = claimed(2)
+    announced.clear()
+    with django_capture_on_commit_callbacks(execute=True), transaction.atomic():
+        Intent.objects.finish_many(
+            [Ending(a, ta, "pending", next_at=at(9)), Ending(b, tb, "cancelled")], now=at(1)
+        )
+        assert announced == []
+    assert announced == [("pending", ["webhook"]), ("cancelled", ["webhook"])]
 
 
 def test_has_due_sees_a_due_pending_intent_and_not_a_future_one():

@@ -9,11 +9,11 @@ come back.
 from __future__ import annotations
 
 import pytest
-from django.db import connection, transaction
+from django.db import DatabaseError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 
+from django_intents.backends import admin as admin_sql
 from django_intents.models import Intent
-from django_intents.signals import intents_transitioned
 
 from .conftest import T0, at, enqueue, row, snapshot
 
@@ -121,24 +121,39 @@ def test_a_single_string_is_refused_not_read_as_ids(method):
 
 
 def test_transitions_are_announced_once_committed_and_not_after_a_rollback(
-    django_capture_on_commit_callbacks,
+    django_capture_on_commit_callbacks, announced
 ):
-    seen = []
+    ids = enqueue(2)
+    before = snapshot()
+    with transaction.atomic():
+        Intent.objects.cancel_many(ids, now=at(1))
+        transaction.set_rollback(True)
+    assert (announced, snapshot()) == ([], before)
+    with django_capture_on_commit_callbacks(execute=True), transaction.atomic():
+        Intent.objects.retry_now_many(ids, now=at(1))
+        assert announced == []
+    assert announced == [("pending", ["webhook", "webhook"])]
 
-    def receiver(sender, to, kinds, **kwargs):
-        seen.append((to, sorted(kinds)))
 
-    intents_transitioned.connect(receiver)
-    try:
-        ids = enqueue(2)
-        before = snapshot()
-        with transaction.atomic():
-            Intent.objects.cancel_many(ids, now=at(1))
-            transaction.set_rollback(True)
-        assert (seen, snapshot()) == ([], before)
-        with django_capture_on_commit_callbacks(execute=True), transaction.atomic():
-            Intent.objects.retry_now_many(ids, now=at(1))
-            assert seen == []
-        assert seen == [("pending", ["webhook", "webhook"])]
-    finally:
-        intents_transitioned.disconnect(receiver)
+@pytest.mark.parametrize("method", MANY)
+def test_a_database_error_in_a_later_batch_moves_no_intent_and_announces_nothing(
+    method, monkeypatch, announced
+):
+    """The batches are one transaction: the first batch's rows are not left moved."""
+    monkeypatch.setattr(admin_sql, "BATCH", 2)
+    ids = enqueue(5, next_at=at(600))
+    before = snapshot()
+    statements = []
+
+    def failing_on_the_second_batch(execute, sql, params, many, context):
+        if sql.lstrip().startswith("UPDATE"):
+            statements.append(sql)
+            if len(statements) == 2:
+                raise DatabaseError("the connection dropped")
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(failing_on_the_second_batch), pytest.raises(DatabaseError):
+        getattr(Intent.objects, method)(ids, now=at(5))
+    assert len(statements) == 2  # the first batch had been written
+    assert snapshot() == before
+    assert announced == []

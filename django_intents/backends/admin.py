@@ -17,16 +17,13 @@ from typing import Any
 from django.db import connections, transaction
 from django.db.models import QuerySet
 
-from .base import ACTIVE, CANCELLED, PENDING, RUNNING, Backend
-from .endings import CLEAR_CLAIM
+from .base import ACTIVE, PENDING, RUNNING, Backend
+from .endings import CANCEL_SET, RETRY_NOW_SET
 
 BATCH = 1000
 
 # What each administrative transition sets, and how many times it takes ``now``.
-SETS = {
-    "retry_now": (f"state = '{PENDING}', next_at = %s, {CLEAR_CLAIM}, updated_at = %s", 2),
-    "cancel": (f"state = '{CANCELLED}', {CLEAR_CLAIM}, updated_at = %s", 1),
-}
+SETS = {"retry_now": (RETRY_NOW_SET, 2), "cancel": (CANCEL_SET, 1)}
 
 
 def kinds(backend: Backend) -> list[str]:
@@ -149,16 +146,16 @@ def administer_many(
 
     One ``UPDATE ... RETURNING`` per batch; MySQL and MariaDB, which cannot
     return from an update, lock the batch's unfinished rows first and update
-    those, in one transaction. Intents made due wake idle pools, as
-    ``retry_now`` does.
+    those. The batches are one transaction: a selection moves whole or not at
+    all. Intents made due wake idle pools, as ``retry_now`` does.
     """
     sets, times = SETS[name]
     at = backend.dt(now)
     moved: list[tuple[str, str]] = []
-    for start in range(0, len(ids), BATCH):
-        batch = list(ids[start : start + BATCH])
-        where = f"WHERE id IN ({', '.join(['%s'] * len(batch))}) AND {ACTIVE}"
-        with transaction.atomic(using=backend.alias), backend.cursor() as cursor:
+    with transaction.atomic(using=backend.alias), backend.cursor() as cursor:
+        for start in range(0, len(ids), BATCH):
+            batch = list(ids[start : start + BATCH])
+            where = f"WHERE id IN ({', '.join(['%s'] * len(batch))}) AND {ACTIVE}"
             if backend.returning:
                 update = f"UPDATE {backend.table} SET {sets} {where} RETURNING id, kind, priority"
                 cursor.execute(update, [at] * times + batch)
@@ -177,5 +174,5 @@ def administer_many(
                 due = sorted({kind for _, kind, _ in rows})
                 other = sorted({kind for _, kind, priority in rows if priority})
                 cursor.execute(backend.sql_notify_kinds, [due, other])
-        moved += [(id, kind) for id, kind, _ in rows]
+            moved += [(id, kind) for id, kind, _ in rows]
     return moved

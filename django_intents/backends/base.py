@@ -33,7 +33,7 @@ from .claims import (
     claim_order,
     exclusions,
 )
-from .endings import CLEAR_CLAIM, Ending, Finished, finish_by_case
+from .endings import CANCEL_SET, CLEAR_CLAIM, RETRY_NOW_SET, Ending, Finished, finish_by_case
 from .limited import claim as limited_claim
 from .rows import hydrate, to_values
 
@@ -120,13 +120,9 @@ class Backend:
             f"UPDATE {self.table} SET state = '{COMPLETED}', updated_at = %s "
             f"WHERE id = %s AND state = '{PENDING}'{ret}"
         )
-        self.sql_retry_now = (
-            f"UPDATE {self.table} SET state = '{PENDING}', next_at = %s, {done} "
-            f"WHERE id = %s AND {ACTIVE}{ret}"
-        )
-        self.sql_cancel = (
-            f"UPDATE {self.table} SET state = '{CANCELLED}', {done} WHERE id = %s AND {ACTIVE}{ret}"
-        )
+        unfinished = f"WHERE id = %s AND {ACTIVE}{ret}"
+        self.sql_retry_now = f"UPDATE {self.table} SET {RETRY_NOW_SET} {unfinished}"
+        self.sql_cancel = f"UPDATE {self.table} SET {CANCEL_SET} {unfinished}"
         # Expired leases that used the last attempt; {ids} narrows it where needed.
         # Snoozes do not count (``attempts - snoozes``), written as a sum: the
         # columns are unsigned on MySQL, where a subtraction may not go below 0.

@@ -19,6 +19,10 @@ if TYPE_CHECKING:
 RUNNING = State.RUNNING.value
 # Every transition out of running clears the claim.
 CLEAR_CLAIM = "claim_token = '', claim_until = NULL"
+# What the administrative transitions set, for one intent (``base.py``) or many
+# (``admin.py``): ``retry_now`` takes ``now`` twice, ``cancel`` once.
+RETRY_NOW_SET = f"state = '{State.PENDING.value}', next_at = %s, {CLEAR_CLAIM}, updated_at = %s"
+CANCEL_SET = f"state = '{State.CANCELLED.value}', {CLEAR_CLAIM}, updated_at = %s"
 
 
 @dataclass(frozen=True)
