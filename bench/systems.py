@@ -13,7 +13,9 @@ would take most of an hour.
 from __future__ import annotations
 
 import copy
+import os
 import sys
+import time
 import uuid
 from collections.abc import Sequence
 from datetime import datetime
@@ -22,7 +24,28 @@ from typing import Any
 from django.db import connection, transaction
 from django.utils import timezone
 
+# BENCH_PROFILE=<dir>: each worker process runs under py-spy, which writes its
+# profile there (collapsed stacks, one file per process; docs/benchmarks.md).
+_PROFILE = os.environ.get("BENCH_PROFILE")
+_SPY = ["py-spy", "record", "--format", "raw", "--rate", "250", "--output"]
 MANAGE = [sys.executable, "-m", "django"]
+
+
+def manage(name: str) -> list[str]:
+    """The command line of a Django command; under py-spy when ``BENCH_PROFILE`` is set."""
+    if not _PROFILE:
+        return [*MANAGE, name]
+    out = os.path.join(_PROFILE, f"{name}-{os.getpid()}-{time.monotonic_ns()}.txt")
+    return [
+        os.path.join(os.path.dirname(sys.executable), _SPY[0]),
+        *_SPY[1:],
+        out,
+        "--",
+        *MANAGE,
+        name,
+    ]
+
+
 POLL = "0.1"  # django-intents' default POLL_INTERVAL; the polled peers get the same
 
 
@@ -99,7 +122,7 @@ class Intents(System):
         )
 
     def workers(self, count: int, *, drain: bool, lease: float | None = None) -> list[list[str]]:
-        argv = [*MANAGE, "run_intent_workers", "--workers", str(count), "-v", "0"]
+        argv = [*manage("run_intent_workers"), "--workers", str(count), "-v", "0"]
         if drain:
             argv += ["--drain", "--kinds", "bench.noop"]
         if lease is not None:

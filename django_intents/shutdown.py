@@ -23,14 +23,18 @@ import threading
 import time
 from collections.abc import Iterator
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from django.db import Error as DatabaseFailure
 
 from .backends.base import Ending
 from .clock import server_now
-from .execution import Claim, Jobs
+from .execution import Claim
 from .leases import LeaseTable
 from .managers import IntentManager
+
+if TYPE_CHECKING:
+    from .demand import LocalQueue
 from .outage import cause_text
 from .states import State
 from .wakeup import Alarm
@@ -87,7 +91,7 @@ class Shutdown:
         self._signal = signal.Signals(signum).name
         self.request(grace=0.0 if again else None)
 
-    def begin(self, jobs: Jobs, leases: LeaseTable) -> None:
+    def begin(self, jobs: LocalQueue, leases: LeaseTable) -> None:
         """Release the claims no thread has started and ask the running attempts to stop, once.
 
         The line says what happens to the intents, since "cancelled" is also
@@ -113,18 +117,11 @@ class Shutdown:
             max(deadline - time.monotonic(), 0.0),
         )
 
-    def _release_queued(self, jobs: Jobs, leases: LeaseTable) -> None:
+    def _release_queued(self, jobs: LocalQueue, leases: LeaseTable) -> None:
         """Give back the claims no thread has started: pending again, due now, never run."""
-        queued = []
-        while True:
-            try:
-                claim = jobs.get_nowait()
-            except queue.Empty:
-                break
-            if claim is None:  # stop sentinels are only queued once the loop has ended
-                break
+        queued = jobs.take(jobs.qsize())
+        for claim in queued:
             leases.drop(claim)
-            queued.append(claim)
         self.release(queued, started=False)
 
     def release_unfinished(self, leases: LeaseTable) -> None:
@@ -157,6 +154,9 @@ class Shutdown:
             )
             return
         state = "handler still running" if started else "not started"
+        if not started and len(claims) > 1:  # a pool's local queue: one line
+            log.info("%d claims not started; released, due now", len(claims))
+            return
         for claim in claims:
             if claim.intent.id in released or not started:
                 log.info("%s: %s; released, due now", claim.name, state)

@@ -37,10 +37,10 @@ from django.db import connections, router
 from .attempt import Attempt
 from .clock import server_now
 from .conf import get_settings
-from .demand import ClaimGroup, Demand
+from .demand import ClaimGroup, Demand, LocalQueue
 from .drain import Drain
 from .eventloop import EventLoop
-from .execution import Claim, Executor, Finished, Jobs, is_async, needs_event_loop, resolve
+from .execution import Claim, Executor, Finished, is_async, needs_event_loop, resolve
 from .handlers import Handler
 from .housekeeping import Housekeeping, Liveness
 from .leases import LeaseTable
@@ -117,7 +117,7 @@ class WorkerPool:
 
         self._manager = Intent.objects.db_manager(self._using)
         self._alarm = Alarm()
-        self._jobs: Jobs = queue.SimpleQueue()
+        self._jobs = LocalQueue()
         self._finished: Finished = queue.SimpleQueue()
         self._executor = Executor(using=self._using)
         loop = needs_event_loop(self._handlers.values())
@@ -141,7 +141,7 @@ class WorkerPool:
         self._housekeeping = Housekeeping(
             report_interval=report_interval, kinds=self._kinds, using=self._using
         )
-        self._demand = Demand(self._workers)
+        self._demand = Demand(self._workers, lease=self._lease)
         self._probe_first: bool | None = None  # known once connected (MySQL asks the server)
 
     # -- public ----------------------------------------------------------------
@@ -241,6 +241,7 @@ class WorkerPool:
                 reuse_connection(self._using)
                 self._leases.refused(self._leases.renew_due())
                 if deadline is None:
+                    self._demand.give_back_stalled(self._jobs, self._leases, self._shutdown)
                     drained = self._drain.done(self._claim(), len(self._leases))
                     self._demand.turned(time.monotonic() - turn)
                 self._liveness.keep_alive(connections[self._using])
@@ -306,13 +307,12 @@ class WorkerPool:
             # A stop arrived while the claim was in flight: hand them back unstarted.
             self._shutdown.release(claims, started=False)
             return 0
-        awaited = []
+        awaited, queued = [], []
         for claim in claims:
             self._leases.add(claim, sent=sent)
-            if self._eventloop is not None and is_async(claim.handler):
-                awaited.append(claim)
-            else:
-                self._jobs.put(claim)
+            loop = self._eventloop is not None and is_async(claim.handler)
+            (awaited if loop else queued).append(claim)
+        self._jobs.put_claims(queued)
         if awaited and self._eventloop is not None:
             self._eventloop.submit(awaited)
         return len(claims)
@@ -369,6 +369,7 @@ class WorkerPool:
             self._liveness.wake_at(),
             self._leases.next_renewal(),
             self._drain.wake_at(),
+            self._demand.wake_at(self._jobs.qsize()),
         ]
         deadline = self._shutdown.deadline()
         if deadline is not None:

@@ -460,7 +460,7 @@ def enqueue_at(kind: str, n: int, seconds_ago: float) -> list[str]:
     ]
 
 
-def test_a_pool_of_quick_handlers_holds_one_queued_claim_per_worker(background):
+def test_a_pool_whose_threads_stall_holds_one_queued_claim_per_worker(background):
     gate = threading.Event()
     blocked: list[str] = []
 

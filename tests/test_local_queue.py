@@ -1,0 +1,147 @@
+"""The pool's local queue (``demand.py``): claimed ahead for quick handlers, given back
+when the threads stall, highest priority first."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from django_intents import demand
+from django_intents.attempt import Attempt
+from django_intents.demand import Demand, LocalQueue
+from django_intents.execution import Claim
+from django_intents.models import Intent
+
+from .conftest import external_kinds, row
+from .test_worker_pool import Background, background, enqueue_at, pool, running  # noqa: F401
+from .workerutil import wait_for
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def finishing(queue: Demand, clock: Clock, *, per_second: int, seconds: float) -> None:
+    """Handlers of 1 ms returning at ``per_second``, the pool turning every 10 ms."""
+    owed = 0.0
+    for _ in range(int(seconds * 100)):
+        clock.now += 0.01
+        owed += per_second / 100
+        while owed >= 1:
+            queue.learn(0.001)
+            owed -= 1
+        queue.turned(0.002)
+
+
+def test_quick_handlers_queue_a_tenth_of_a_second_of_what_the_threads_finish():
+    clock = Clock()
+    queue = Demand(8, clock=clock)
+    finishing(queue, clock, per_second=2000, seconds=2)
+    assert 190 <= queue.capacity() - 8 <= 200  # 2,000/s x 0.1 s
+
+
+def test_the_local_queue_is_bounded_by_queue_max_and_by_a_tenth_of_the_lease():
+    clock = Clock()
+    fast = Demand(8, clock=clock)
+    finishing(fast, clock, per_second=100_000, seconds=2)
+    assert fast.capacity() == 8 + demand.QUEUE_MAX
+    short = Demand(8, lease=0.5, clock=clock)
+    finishing(short, clock, per_second=2000, seconds=2)
+    assert 95 <= short.capacity() - 8 <= 100  # 2,000/s x 0.05 s
+
+
+def test_a_slow_rate_still_queues_one_claim_per_thread():
+    clock = Clock()
+    queue = Demand(8, clock=clock)
+    finishing(queue, clock, per_second=50, seconds=2)  # 5 queued by rate: fewer than threads
+    assert queue.capacity() == 16
+
+
+def test_threads_that_stopped_returning_get_no_local_queue():
+    clock = Clock()
+    queue = Demand(8, clock=clock)
+    finishing(queue, clock, per_second=2000, seconds=2)
+    clock.now += demand.STALL_AFTER
+    assert queue.stalled()
+    assert queue.capacity() == 16  # one running and one queued per thread, as slow pools
+
+
+def claim(priority: int, name: str) -> Claim:
+    intent = Intent(id=name, kind="k", event_id=name, target="t", priority=priority)
+    return Claim(intent=intent, attempt=Attempt(intent), handler=lambda i, a: None)
+
+
+def names(claims: list[Claim]) -> list[str]:
+    return [c.intent.id for c in claims]
+
+
+def test_the_local_queue_puts_a_higher_priority_ahead_of_what_is_queued():
+    jobs = LocalQueue()
+    jobs.put_claims([claim(0, "a"), claim(0, "b")])
+    jobs.put_claims([claim(50, "urgent"), claim(0, "c")])
+    jobs.put_claims([claim(0, "d")])  # no higher than the last: appended
+    assert names(jobs.take(10)) == ["urgent", "a", "b", "c", "d"]
+
+
+def test_the_local_queue_keeps_claim_order_among_equal_priorities():
+    jobs = LocalQueue()
+    jobs.put_claims([claim(10, "a"), claim(0, "b")])
+    jobs.put_claims([claim(5, "c"), claim(5, "d")])
+    assert names(jobs.take(2)) == ["a", "c"]
+    assert names(jobs.take(10)) == ["d", "b"]
+
+
+@pytest.fixture(autouse=True)
+def queue_kinds() -> Iterator[None]:
+    with external_kinds("q.noop", "q.quick", "q.block"):
+        yield
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_pool_of_quick_handlers_claims_many_intents_per_statement(background):  # noqa: F811
+    sizes: list[int] = []
+    job = pool({"q.noop": lambda intent, attempt: None}, workers=2, drain=True)
+    claim_many = job._manager.claim_many
+
+    def recording(limit: int, **kwargs: Any) -> Any:
+        sizes.append(limit)
+        return claim_many(limit, **kwargs)
+
+    job._manager.claim_many = recording  # type: ignore[method-assign]
+    ids = enqueue_at("q.noop", 400, seconds_ago=1)
+    assert background(job).join() == 0
+    assert max(sizes) > 2 * 2  # beyond one running and one queued per thread
+    assert {(row(id).state, row(id).attempts) for id in ids} == {(Intent.State.COMPLETED, 1)}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_stalled_pool_gives_its_local_queue_back_unstarted(background):  # noqa: F811
+    gate = threading.Event()
+    started: list[str] = []
+
+    def block(intent, attempt):
+        started.append(intent.event_id)
+        gate.wait(10)
+
+    # Quick handlers first fill the queue; behind them, blocking ones stall the one thread.
+    enqueue_at("q.quick", 200, seconds_ago=60)
+    blocked = enqueue_at("q.block", 30, seconds_ago=30)
+    job = background(pool({"q.quick": lambda i, a: None, "q.block": block}, workers=1))
+    wait_for(lambda: started, "the first blocking handler")
+    wait_for(lambda: running() <= 2, "the queue given back but one claim", timeout=5)
+    pending = [row(id) for id in blocked if row(id).state == Intent.State.PENDING]
+    assert len(pending) >= 28 - 2  # given back, or never claimed
+    assert all(r.claim_token == "" for r in pending)
+    assert started == ["q.block-0"]  # none of them ran meanwhile
+    gate.set()
+    wait_for(
+        lambda: all(row(id).state == Intent.State.COMPLETED for id in blocked), "every blocked one"
+    )
+    assert job.finish() == 0
