@@ -430,6 +430,12 @@ def verify(soak: Soak) -> list[str]:
         violations.append(f"{twice} intents had a claim that ran the handler twice")
     duplicates = executions - states["completed"]
     interrupted = claims - len(intents)
+    # Claims that never ran their handler: queued in a pool (its local queue,
+    # demand.py) when it was killed or stopped, or given back by a stalled one.
+    unstarted = sum(
+        attempts - len({attempt for attempt, _ in runs[id]})
+        for id, (_, attempts, _) in intents.items()
+    )
     disruptions = soak.faults["kill"] + soak.faults["term"] + soak.faults["pause"]
     bound = args.threads * (disruptions + soak.connections_terminated)
     if executions > claims:
@@ -454,7 +460,8 @@ def verify(soak: Soak) -> list[str]:
         f"executions:  {executions} for {states['completed']} completed intents: "
         f"{duplicates} duplicates",
         f"claims:      {claims}: {interrupted} interrupted attempts (bound: {args.threads} "
-        f"workers x {disruptions + soak.connections_terminated} disruptions = {bound})",
+        f"workers x {disruptions + soak.connections_terminated} disruptions = {bound}); "
+        f"{unstarted} of them never started (queued claims)",
         f"completions: {stale} by a stale claim; atomic exactly once: "
         f"{'yes' if not not_once else f'NO ({not_once} intents)'}; "
         f"{unobserved} worker completions unobserved (killed before the receiver ran)",

@@ -395,6 +395,19 @@ def test_listen_is_used_exactly_on_postgresql():
 
 
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="LISTEN/NOTIFY is PostgreSQL's")
+def test_a_stopped_listener_is_woken_instead_of_waiting_out_its_wait():
+    woken = threading.Event()
+    listener = Listener(using="default", kinds={"p.mine"}, wake=woken.set)
+    listener.start()
+    assert listener.listening.wait(10), "the listener did not connect"
+    connection.ensure_connection()  # the pool's own connection, open as in a pool
+    woken.clear()
+    listener.stop(timeout=Listener.WAIT / 2)
+    assert not listener._thread.is_alive(), "the listener waited out its wait"
+    assert not woken.is_set()  # the stop's NOTIFY wakes no pool
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="LISTEN/NOTIFY is PostgreSQL's")
 def test_listener_wakes_on_commit_for_its_own_kinds_only():
     woken = threading.Event()
     listener = Listener(using="default", kinds={"p.mine"}, wake=woken.set)
