@@ -22,6 +22,8 @@ from .exceptions import ClaimLost
 if TYPE_CHECKING:
     from .models import Intent
 
+_MAKING = threading.Lock()  # makes each attempt's ``cancelled`` once, whichever thread asks
+
 
 class Attempt:
     """Passed to every handler with its intent: ``handler(intent, attempt)``.
@@ -31,13 +33,28 @@ class Attempt:
 
     def __init__(self, intent: Intent, *, using: str | None = None) -> None:
         self.intent = intent
-        self.cancelled = threading.Event()
+        self._cancelled: threading.Event | None = None
         self._using = using
         self._lost = False
         self._completed = False
         self._lock = threading.Lock()
         self._on_cancel: list[Callable[[], None]] = []
         self._on_lost: Callable[[], None] | None = None
+
+    @property
+    def cancelled(self) -> threading.Event:
+        """Set when the claim is lost or the pool is stopping; a ``threading.Event``.
+
+        Made on first use: an event costs more to build than a no-op handler
+        costs to run, and most handlers never look at it.
+        """
+        event = self._cancelled
+        if event is None:
+            with _MAKING:
+                event = self._cancelled
+                if event is None:
+                    event = self._cancelled = threading.Event()
+        return event
 
     def __repr__(self) -> str:
         return f"<Attempt {self.intent.kind} {self.intent.id[:12]} #{self.intent.attempts}>"
