@@ -52,7 +52,9 @@ def test_an_urgent_intent_overtakes_a_backlog_within_one_claim(
     assert overtaken_by <= HELD, f"{overtaken_by} backlog intents started before the urgent one"
     assert started() < BACKLOG  # it did not wait for the backlog to drain
 
-    wait_for(lambda: started() == BACKLOG + 1, "the backlog to drain", timeout=60)
+    # Completed, not only started: a stop would cancel a 5 ms sleep still under way.
+    done = Intent.objects.filter(state=Intent.State.COMPLETED)
+    wait_for(lambda: done.count() == BACKLOG + 1, "the backlog to drain", timeout=60)
     worker.signal(signal.SIGTERM)
     worker.assert_clean_exit(timeout=15)
     assert set(Intent.objects.values_list("state", "attempts")) == {("completed", 1)}
