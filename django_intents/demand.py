@@ -58,13 +58,16 @@ class Demand:
         self._rate = 0.0  # handlers returned per second, averaged over turns
         self._returns = 0  # since the last turn
         self._mark = clock()  # the end of the last turn
-        self._progress = -math.inf  # the last return, or the last turn with no queue to stall
+        self._last_return = -math.inf
+        self._small_at = (
+            -math.inf
+        )  # the last turn that found no more than a claim per thread queued
 
     def learn(self, duration: float) -> None:
         last = self._handler_time
         self._handler_time = duration if last is None else 0.8 * last + 0.2 * duration
         self._returns += 1
-        self._progress = self._clock()
+        self._last_return = self._clock()
 
     def turned(self, duration: float) -> None:
         self._turn_time = 0.8 * self._turn_time + 0.2 * duration
@@ -80,11 +83,17 @@ class Demand:
 
     def wake_at(self, queued: int) -> float:
         """When the queue must be given back if no handler returns (``give_back_stalled``)."""
-        return self._progress + STALL_AFTER if queued > self._workers else math.inf
+        if queued <= self._workers:
+            return math.inf
+        return max(self._last_return, self._small_at) + STALL_AFTER
 
     def stalled(self) -> bool:
-        """No handler has returned for ``STALL_AFTER`` seconds while claims were queued."""
-        return self._clock() - self._progress >= STALL_AFTER
+        """No handler has returned for ``STALL_AFTER`` seconds.
+
+        It holds until one returns: after a give-back the pool claims as a
+        pool of slow handlers, so it does not claim again what it gave back.
+        """
+        return self._clock() - self._last_return >= STALL_AFTER
 
     def capacity(self) -> int:
         """The threads, and the claims they are expected to finish before the next claim.
@@ -107,13 +116,14 @@ class Demand:
     def give_back_stalled(self, jobs: LocalQueue, leases: LeaseTable, shutdown: Shutdown) -> None:
         """Release the local queue beyond one claim per thread once the threads stall.
 
-        Called every turn: a turn that finds no more than a claim per thread
-        queued restarts the stall's clock, so a pool that was idle, not
-        stalled, does not give back what it claims next.
+        Called every turn. The queue stalled if no handler returned for
+        ``STALL_AFTER`` seconds while it held more than a claim per thread: a
+        pool that was idle, not stalled, does not give back what it claims next.
         """
+        now = self._clock()
         if jobs.qsize() <= self._workers:
-            self._progress = self._clock()
-        elif self.stalled():
+            self._small_at = now
+        elif now >= max(self._last_return, self._small_at) + STALL_AFTER:
             claims = jobs.take(jobs.qsize() - self._workers)
             for claim in claims:
                 leases.drop(claim)

@@ -4,6 +4,7 @@ when the threads stall, highest priority first."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -140,8 +141,13 @@ def test_a_stalled_pool_gives_its_local_queue_back_unstarted(background):  # noq
     assert len(pending) >= 28 - 2  # given back, or never claimed
     assert all(r.claim_token == "" for r in pending)
     assert started == ["q.block-0"]  # none of them ran meanwhile
+    until = time.monotonic() + 3 * demand.STALL_AFTER
+    while time.monotonic() < until:  # still stalled: what it gave back is not claimed again
+        assert running() <= 2
+        time.sleep(0.02)
     gate.set()
     wait_for(
         lambda: all(row(id).state == Intent.State.COMPLETED for id in blocked), "every blocked one"
     )
     assert job.finish() == 0
+    assert max(row(id).attempts for id in blocked) <= 2  # claimed, given back once, run
