@@ -123,10 +123,17 @@ class PostgreSQLBackend(LimitedClaims, ServerBoundCursors, Backend):
         self._tight: dict[tuple[str, ...], float] = {}
         self.build_limited(returned)
         # Arrays keep the statement text the same whatever the batch size.
+        # The batches test the state as "(t.state = 'running') IS TRUE": from a
+        # plain "t.state = 'running'" the planner proves the lease index's
+        # predicate and may hash-join the batch against every entry of that
+        # index, which, on a table churned with no VACUUM since, holds the dead
+        # entries of every claim ever made (500,400 entries read for a batch of
+        # 400: 64 ms). Spelled so, only the primary key serves, one lookup per id
+        # (7 ms); the large-table drain went from 7,200 to 16,600 intents/s.
         self.sql_complete_many = (
             f"UPDATE {table} AS t SET state = '{COMPLETED}', {CLEAR_CLAIM}, "
             f"updated_at = %s FROM unnest(%s::text[], %s::text[]) AS v(id, token) "
-            f"WHERE t.id = v.id AND t.state = '{RUNNING}' AND t.claim_token = v.token "
+            f"WHERE t.id = v.id AND (t.state = '{RUNNING}') IS TRUE AND t.claim_token = v.token "
             f"RETURNING t.id, t.kind"
         )
         # A batch of retries, cancellations and releases (``Ending``), each fenced.
@@ -138,7 +145,7 @@ class PostgreSQLBackend(LimitedClaims, ServerBoundCursors, Backend):
             f"{CLEAR_CLAIM}, updated_at = %s "
             f"FROM unnest(%s::text[], %s::text[], %s::text[], %s::timestamptz[], %s::text[], "
             f"%s::boolean[]) AS v(id, token, state, next_at, error, snooze) "
-            f"WHERE t.id = v.id AND t.state = '{RUNNING}' AND t.claim_token = v.token "
+            f"WHERE t.id = v.id AND (t.state = '{RUNNING}') IS TRUE AND t.claim_token = v.token "
             f"RETURNING t.id, t.kind, t.state, t.next_at <= %s, t.priority <> 0"
         )
         self.sql_notify_kinds = (
