@@ -19,8 +19,15 @@ of slow handlers does until they return again. Slow handlers (or none seen
 yet) get one claim per thread, and a second only for what they free within a
 turn.
 
-Async handlers need no claim ahead: the event loop starts each claim the
-moment it arrives, so their group's room is ``--concurrency`` less what it holds.
+Async handlers get a queue too, whatever their duration: the event loop
+starts a queued claim the moment an awaited handler returns, so a slot does
+not idle through the loop's record and claim round trips (a relay of 50 ms
+deliveries lost a sixth of its slots' time to them). A queued claim waits
+for a free slot, not behind one handler, so its wait is the queue over the
+rate at which slots free, whatever a handler takes: the event loop holds up
+to ``--concurrency`` more claims than it runs, as many as its handlers
+finish in ``QUEUE_FOR`` seconds, and gives them all back when none returns
+for ``STALL_AFTER`` seconds. Not for kinds with ``LIMITS`` (``claim_groups``).
 """
 
 from __future__ import annotations
@@ -28,11 +35,13 @@ from __future__ import annotations
 import math
 import queue
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
-from .execution import Claim
+from .execution import Claim, is_async
 from .floor import ClaimFloor
+from .handlers import Handler
 from .leases import LeaseTable
 from .shutdown import Shutdown
 
@@ -48,9 +57,20 @@ class Demand:
     durations and the rate at which its threads finish."""
 
     def __init__(
-        self, workers: int, *, lease: float = 30.0, clock: Callable[[], float] = time.monotonic
+        self,
+        workers: int,
+        *,
+        lease: float = 30.0,
+        awaited: bool = False,
+        ahead: bool = True,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._workers = workers
+        self._workers = workers  # threads, or the event loop's slots (``awaited``)
+        self._awaited = awaited
+        self._ahead = ahead  # claim ahead for the event loop (no LIMITS on its kinds)
+        # Queued claims a stall leaves: one per thread; the event loop's slots
+        # take theirs at once, so what waits there is all ahead.
+        self._keep = 0 if awaited else workers
         self._window = min(QUEUE_FOR, lease / 10)
         self._clock = clock
         self._handler_time: float | None = None  # seconds
@@ -83,7 +103,7 @@ class Demand:
 
     def wake_at(self, queued: int) -> float:
         """When the queue must be given back if no handler returns (``give_back_stalled``)."""
-        if queued <= self._workers:
+        if queued <= self._keep:
             return math.inf
         return max(self._last_return, self._small_at) + STALL_AFTER
 
@@ -106,6 +126,10 @@ class Demand:
         handler = self._handler_time
         if handler is None:
             return self._workers
+        if self._awaited:
+            if self.stalled() or not self._ahead:
+                return self._workers
+            return self._workers + min(int(self._rate * self._window), self._workers)
         if handler < CLAIM_AHEAD_BELOW:
             if self.stalled():
                 return self._workers * 2
@@ -113,21 +137,43 @@ class Demand:
             return self._workers + max(ahead, self._workers)
         return self._workers + min(int(self._workers * self._turn_time / handler), self._workers)
 
-    def give_back_stalled(self, jobs: LocalQueue, leases: LeaseTable, shutdown: Shutdown) -> None:
-        """Release the local queue beyond one claim per thread once the threads stall.
+    def give_back_stalled(self, jobs: Queued, leases: LeaseTable, shutdown: Shutdown) -> None:
+        """Release the local queue beyond one claim per thread (for the event loop:
+        all of it) once the handlers stall.
 
         Called every turn. The queue stalled if no handler returned for
-        ``STALL_AFTER`` seconds while it held more than a claim per thread: a
-        pool that was idle, not stalled, does not give back what it claims next.
+        ``STALL_AFTER`` seconds while it held more than that: a pool that was
+        idle, not stalled, does not give back what it claims next.
         """
         now = self._clock()
-        if jobs.qsize() <= self._workers:
+        if jobs.qsize() <= self._keep:
             self._small_at = now
         elif now >= max(self._last_return, self._small_at) + STALL_AFTER:
-            claims = jobs.take(jobs.qsize() - self._workers)
+            claims = jobs.take(jobs.qsize() - self._keep)
             for claim in claims:
                 leases.drop(claim)
             shutdown.release(claims, started=False)
+
+
+class Queued(Protocol):
+    """Claims waiting to start: the threads' ``LocalQueue``, or the event loop's."""
+
+    def qsize(self) -> int: ...
+
+    def take(self, count: int) -> list[Claim]: ...
+
+
+def outranks(claims: list[Claim], last: int) -> bool:
+    """Whether one of ``claims`` ranks above ``last``, the priority of the lowest queued.
+
+    A claim's intents come in priority order, so the queue stays in order
+    while a claim outranks nothing queued, and its intents go at its end.
+    """
+    return max(c.intent.priority for c in claims) > last
+
+
+def by_priority(claims: list[Claim]) -> list[Claim]:
+    return sorted(claims, key=lambda c: -c.intent.priority)  # stable: claim order within one
 
 
 class LocalQueue(queue.SimpleQueue[Claim | None]):
@@ -147,9 +193,8 @@ class LocalQueue(queue.SimpleQueue[Claim | None]):
     def put_claims(self, claims: list[Claim]) -> None:
         if not claims:
             return
-        if self.qsize() and max(c.intent.priority for c in claims) > self._last:
-            queued = [c for c in self.take(self.qsize()) if c is not None]
-            claims = sorted(queued + claims, key=lambda c: -c.intent.priority)  # stable
+        if self.qsize() and outranks(claims, self._last):
+            claims = by_priority(self.take(self.qsize()) + claims)
         for claim in claims:
             self.put(claim)
         self._last = claims[-1].intent.priority
@@ -179,4 +224,30 @@ class ClaimGroup:
 
     kinds: list[str]
     awaited: bool
+    demand: Demand
     floor: ClaimFloor = field(default_factory=ClaimFloor)
+
+
+def claim_groups(
+    handlers: Mapping[str, Handler],
+    workers: int,
+    concurrency: int,
+    lease: float,
+    limited: Collection[str],
+) -> list[ClaimGroup]:
+    """The threads' group and the event loop's, in that order: indexed by ``Claim.awaited``.
+
+    The event loop claims ahead only while none of its kinds has ``LIMITS``:
+    a claim waiting for a slot holds one of its target's ``per_target``
+    places without running, and a relay whose targets were at their caps
+    gained nothing from the queue but sent a rate-limited partner twice the
+    requests over its limit (docs/benchmarks.md, "The event loop's queue").
+    """
+    awaited = {kind for kind, handler in handlers.items() if is_async(handler)}
+    groups = []
+    for a in (False, True):
+        group = [kind for kind in sorted(handlers) if (kind in awaited) is a]
+        ahead = not a or not any(kind in limited for kind in group)
+        size = concurrency if a else workers
+        groups.append(ClaimGroup(group, a, Demand(size, lease=lease, awaited=a, ahead=ahead)))
+    return groups

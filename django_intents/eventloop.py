@@ -1,11 +1,14 @@
 """The pool's event loop: where ``async def`` handlers are awaited, many at once.
 
 One thread per pool runs an asyncio loop; the pool's loop hands it claims
-with ``submit`` (thread-safe) and it starts one task per claim. At most
-``--concurrency`` run at once, because the pool claims no more for its
-async kinds than it has room for. A coroutine's outcome goes back on the
-same ``finished`` queue as a thread's, and the pool's loop records it: a
-thousand coroutines in flight share the pool's few connections.
+with ``submit`` (thread-safe) and it starts one task per claim, at most
+``--concurrency`` at once (its slots). Claims beyond them wait, in priority
+order, and the next one starts the moment a task ends, without waiting for
+the pool's loop to record and claim (``demand.py`` says how many the pool
+claims ahead; it takes them back with ``take`` to give them back on a stall
+or a stop). A coroutine's outcome goes back on the same ``finished`` queue
+as a thread's, and the pool's loop records it: a thousand coroutines in
+flight share the pool's few connections.
 
 A claim that is lost (retried or cancelled by an administrator, or taken
 over after its lease ran out) cancels its task: the handler sees
@@ -23,9 +26,11 @@ import contextlib
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Coroutine
 from typing import Any, cast
 
+from .demand import by_priority, outranks
 from .execution import Claim, Finished
 from .tracing import processing
 
@@ -36,20 +41,46 @@ log = logging.getLogger("django_intents.worker")
 class EventLoop:
     """A thread running an asyncio loop for one pool's async handlers."""
 
-    def __init__(self, finished: Finished, wake: Callable[[], None]) -> None:
+    def __init__(self, finished: Finished, wake: Callable[[], None], slots: int) -> None:
         self._finished = finished
         self._wake = wake
+        self._slots = slots
         self._loop = asyncio.new_event_loop()
         self._tasks: set[asyncio.Task[None]] = set()
         self._ringing = False  # a wake of the pool's loop is scheduled on this loop
+        self._stopping = False
+        # Claims waiting for a slot, highest priority first: the pool's loop
+        # puts and takes, this loop's thread starts them; both under the lock.
+        self._waiting: deque[Claim] = deque()
+        self._last = 0  # the priority of the claim queued last, the lowest waiting
+        self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="intents-async", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
 
     def submit(self, claims: list[Claim]) -> None:
-        """Start awaiting the claims' handlers; safe from any thread, one wake-up for all."""
-        self._loop.call_soon_threadsafe(self._start_all, claims)
+        """Queue the claims and start what the free slots take; safe from any thread,
+        one wake-up for all."""
+        if not claims:
+            return
+        with self._lock:
+            if self._waiting and outranks(claims, self._last):
+                self._waiting = deque(by_priority([*self._waiting, *claims]))
+            else:
+                self._waiting.extend(claims)
+            self._last = self._waiting[-1].intent.priority
+        self._loop.call_soon_threadsafe(self._fill)
+
+    def qsize(self) -> int:
+        """How many claims wait for a slot."""
+        return len(self._waiting)
+
+    def take(self, count: int) -> list[Claim]:
+        """Up to ``count`` waiting claims, the last queued first, to give back unstarted."""
+        with self._lock:
+            count = min(count, len(self._waiting))
+            return [self._waiting.pop() for _ in range(count)]
 
     def stop(self, timeout: float = 1.0) -> None:
         """Cancel what still runs (its claims were released or abandoned) and end the thread."""
@@ -70,6 +101,7 @@ class EventLoop:
             self._loop.close()
 
     def _cancel_all(self) -> None:
+        self._stopping = True  # what still waits was released, or is abandoned
         for task in self._tasks:
             task.cancel()
         if not self._tasks:
@@ -78,8 +110,13 @@ class EventLoop:
         done = asyncio.gather(*self._tasks, return_exceptions=True)
         done.add_done_callback(lambda _: self._loop.stop())
 
-    def _start_all(self, claims: list[Claim]) -> None:
-        for claim in claims:
+    def _fill(self) -> None:
+        """Start waiting claims while a slot is free."""
+        while len(self._tasks) < self._slots and not self._stopping:
+            with self._lock:
+                if not self._waiting:
+                    return
+                claim = self._waiting.popleft()
             self._start(claim)
 
     def _start(self, claim: Claim) -> None:
@@ -88,7 +125,7 @@ class EventLoop:
             return
         task = self._loop.create_task(self._attempt(claim), name=claim.name)
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._ended)
         loop = self._loop
 
         def cancel() -> None:
@@ -112,6 +149,10 @@ class EventLoop:
             claim.ended(started, error)
         error = None  # a traceback-frame cycle, as in execution.Executor.run
         self._hand_back(claim)
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        self._fill()
 
     def _hand_back(self, claim: Claim) -> None:
         """Queue the outcome; wake the pool's loop once for all handed back in this pass."""

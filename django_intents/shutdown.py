@@ -34,7 +34,7 @@ from .leases import LeaseTable
 from .managers import IntentManager
 
 if TYPE_CHECKING:
-    from .demand import LocalQueue
+    from .demand import Queued
 from .outage import cause_text
 from .states import State
 from .wakeup import Alarm
@@ -91,8 +91,8 @@ class Shutdown:
         self._signal = signal.Signals(signum).name
         self.request(grace=0.0 if again else None)
 
-    def begin(self, jobs: LocalQueue, leases: LeaseTable) -> None:
-        """Release the claims no thread has started and ask the running attempts to stop, once.
+    def begin(self, queues: list[Queued], leases: LeaseTable) -> None:
+        """Release the claims not started yet and ask the running attempts to stop, once.
 
         The line says what happens to the intents, since "cancelled" is also
         the name of a terminal state that a stop never moves an intent to.
@@ -100,7 +100,7 @@ class Shutdown:
         if self._begun:
             return
         self._begun = True
-        self._release_queued(jobs, leases)
+        self._release_queued(queues, leases)
         for claim in leases.claims():
             claim.attempt._cancel()
         deadline = self._deadline if self._deadline is not None else time.monotonic()
@@ -117,9 +117,9 @@ class Shutdown:
             max(deadline - time.monotonic(), 0.0),
         )
 
-    def _release_queued(self, jobs: LocalQueue, leases: LeaseTable) -> None:
-        """Give back the claims no thread has started: pending again, due now, never run."""
-        queued = jobs.take(jobs.qsize())
+    def _release_queued(self, queues: list[Queued], leases: LeaseTable) -> None:
+        """Give back the claims not started yet: pending again, due now, never run."""
+        queued = [claim for jobs in queues for claim in jobs.take(jobs.qsize())]
         for claim in queued:
             leases.drop(claim)
         self.release(queued, started=False)

@@ -208,3 +208,16 @@ def item_row(index: int, item: Any, now: datetime) -> dict[str, Any]:
         label=label,
         priority=item.get("priority"),
     )
+
+
+def check_pool(
+    handlers: Mapping[str, object], workers: int, concurrency: int, *, lease: float, renew: float
+) -> None:
+    """A worker pool's sizes; raises ``ValueError`` naming what is wrong."""
+    if not handlers:
+        raise ValueError("a worker pool needs at least one handler")
+    for name, value in (("workers", workers), ("concurrency", concurrency)):
+        if value < 1:
+            raise ValueError(f"{name} must be at least 1, not {value}")
+    if not 0 < renew < lease:
+        raise ValueError(f"renew ({renew} s) must be shorter than lease ({lease} s)")

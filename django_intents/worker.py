@@ -37,7 +37,7 @@ from django.db import connections, router
 from .attempt import Attempt
 from .clock import server_now
 from .conf import get_settings
-from .demand import ClaimGroup, Demand, LocalQueue
+from .demand import ClaimGroup, LocalQueue, Queued, claim_groups
 from .drain import Drain
 from .eventloop import EventLoop
 from .execution import Claim, Executor, Finished, is_async, needs_event_loop, resolve
@@ -49,6 +49,7 @@ from .outage import Outage, cause_text, reuse_connection
 from .recorder import Recorder
 from .shutdown import Shutdown
 from .startup import log_start
+from .validation import check_pool
 from .wakeup import Alarm, start_waker
 
 log = logging.getLogger(__name__)
@@ -88,29 +89,20 @@ class WorkerPool:
         self._kinds = sorted(self._handlers)
         self._workers = settings.workers if workers is None else workers
         self._concurrency = settings.concurrency if concurrency is None else concurrency
-        awaited = {kind for kind, h in self._handlers.items() if is_async(h)}
-        self._groups = [
-            ClaimGroup([k for k in self._kinds if (k in awaited) is a], a) for a in (False, True)
-        ]
         self._lease = settings.lease if lease is None else lease
         if renew is None:
             renew = settings.renew_interval if lease is None else self._lease / 3
         self._renew = renew
         self._grace = grace
         self._poll = settings.poll_interval if poll_interval is None else poll_interval
+        self._groups = claim_groups(
+            self._handlers, self._workers, self._concurrency, self._lease, settings.limits
+        )
         if db_error_timeout is None:
             db_error_timeout = settings.db_error_timeout
         self._using = using or router.db_for_write(Intent)
         self._handle_signals = handle_signals
-        if not self._handlers:
-            raise ValueError("a worker pool needs at least one handler")
-        for name, value in (("workers", self._workers), ("concurrency", self._concurrency)):
-            if value < 1:
-                raise ValueError(f"{name} must be at least 1, not {value}")
-        if not 0 < self._renew < self._lease:
-            raise ValueError(
-                f"renew ({self._renew} s) must be shorter than lease ({self._lease} s)"
-            )
+        check_pool(self._handlers, self._workers, self._concurrency, lease=self._lease, renew=renew)
         self._drain = Drain(
             using=self._using, kinds=self._kinds, due=drain, empty=until_empty, timeout=timeout
         )
@@ -121,7 +113,9 @@ class WorkerPool:
         self._finished: Finished = queue.SimpleQueue()
         self._executor = Executor(using=self._using)
         loop = needs_event_loop(self._handlers.values())
-        self._eventloop = EventLoop(self._finished, self._alarm.ring) if loop else None
+        self._eventloop = (
+            EventLoop(self._finished, self._alarm.ring, self._concurrency) if loop else None
+        )
         self._liveness = Liveness(self._poll)
         self._leases = LeaseTable(
             self._manager, lease=self._lease, renew=self._renew, reached=self._liveness.reached
@@ -141,7 +135,6 @@ class WorkerPool:
         self._housekeeping = Housekeeping(
             report_interval=report_interval, kinds=self._kinds, using=self._using
         )
-        self._demand = Demand(self._workers, lease=self._lease)
         self._probe_first: bool | None = None  # known once connected (MySQL asks the server)
 
     # -- public ----------------------------------------------------------------
@@ -227,7 +220,7 @@ class WorkerPool:
                 self._shutdown.request()
             deadline = self._shutdown.deadline()
             if deadline is not None:
-                self._shutdown.begin(self._jobs, self._leases)
+                self._shutdown.begin([jobs for _, jobs in self._queued()], self._leases)
                 if not self._leases:
                     return 0
                 if time.monotonic() >= deadline:
@@ -241,9 +234,11 @@ class WorkerPool:
                 reuse_connection(self._using)
                 self._leases.refused(self._leases.renew_due())
                 if deadline is None:
-                    self._demand.give_back_stalled(self._jobs, self._leases, self._shutdown)
+                    for group, jobs in self._queued():
+                        group.demand.give_back_stalled(jobs, self._leases, self._shutdown)
                     drained = self._drain.done(self._claim(), len(self._leases))
-                    self._demand.turned(time.monotonic() - turn)
+                    for group in self._groups:
+                        group.demand.turned(time.monotonic() - turn)
                 self._liveness.keep_alive(connections[self._using])
             except DatabaseFailure as exc:
                 if self._outage.failed(exc):
@@ -319,8 +314,14 @@ class WorkerPool:
 
     def _room(self, group: ClaimGroup) -> int:
         """How many more claims the group's threads or event loop can start now."""
-        room = self._concurrency if group.awaited else self._demand.capacity()
-        return room - self._leases.busy(group.awaited)
+        return group.demand.capacity() - self._leases.busy(group.awaited)
+
+    def _queued(self) -> list[tuple[ClaimGroup, Queued]]:
+        """Each group's claims waiting to start: in the threads' queue, on the event loop."""
+        waiting: list[Queued] = (
+            [self._jobs] if self._eventloop is None else [self._jobs, self._eventloop]
+        )
+        return list(zip(self._groups, waiting, strict=False))
 
     def _drained_below(self, since: datetime | None) -> int | None:
         """0 when a claim found nothing; ``None`` if only a floored one did.
@@ -343,8 +344,7 @@ class WorkerPool:
                 claim = self._finished.get_nowait()
             except queue.Empty:
                 return
-            if not claim.awaited:
-                self._demand.learn(claim.duration)
+            self._groups[claim.awaited].demand.learn(claim.duration)
             self._leases.returned(claim)
             outcome = self._recorder.add(claim)
             if outcome is not None:  # nothing to record: it was lost, or atomic() completed it
@@ -369,7 +369,7 @@ class WorkerPool:
             self._liveness.wake_at(),
             self._leases.next_renewal(),
             self._drain.wake_at(),
-            self._demand.wake_at(self._jobs.qsize()),
+            *(group.demand.wake_at(jobs.qsize()) for group, jobs in self._queued()),
         ]
         deadline = self._shutdown.deadline()
         if deadline is not None:
