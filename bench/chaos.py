@@ -431,7 +431,8 @@ def verify(soak: Soak) -> list[str]:
     duplicates = executions - states["completed"]
     interrupted = claims - len(intents)
     # Claims that never ran their handler: queued in a pool (its local queue,
-    # demand.py) when it was killed or stopped, or given back by a stalled one.
+    # demand.py) when it was killed. A stop or a stall gives such a claim back
+    # with its attempt, so those leave no trace in ``attempts``.
     unstarted = sum(
         attempts - len({attempt for attempt, _ in runs[id]})
         for id, (_, attempts, _) in intents.items()

@@ -109,8 +109,8 @@ class Intents(RelaySystem):
 
         # Every counted attempt (attempts - snoozes) but the one that
         # delivered was lost: this partner fails nothing but with 429s.
-        # Read while the worker still runs: a stop releases its unstarted
-        # claims with their attempt counted, which no 429 caused.
+        # Read while the worker still runs: a stop releases the claims whose
+        # handlers still run with their attempt counted, which no 429 caused.
         done = Intent.objects.filter(kind=KIND, target=target).exclude(state="running")
         return done.filter(
             Q(state="completed", attempts__gt=F("snoozes") + 1)

@@ -275,6 +275,8 @@ class IntentManager(  # type: ignore[misc]
         for e in endings:
             if e.state not in (states.State.PENDING, states.State.CANCELLED):
                 raise ValueError(f"an ending goes to pending or cancelled, not {e.state!r}")
+            if e.unstarted and (e.state != states.State.PENDING or e.snooze):
+                raise ValueError(f"an unstarted claim of {e.id} is only released to pending")
             ending = Ending(
                 id=check_id(e.id),
                 token=validation.token(e.token),
@@ -282,6 +284,7 @@ class IntentManager(  # type: ignore[misc]
                 next_at=None if e.next_at is None else aware("next_at", e.next_at),
                 error=None if e.error is None else validation.error_text(e.error),
                 snooze=bool(e.snooze),
+                unstarted=bool(e.unstarted),
             )
             if checked.setdefault(ending.id, ending) is not ending:
                 raise ValueError(f"intent {ending.id} ends twice in one batch")

@@ -140,7 +140,10 @@ class Shutdown:
             claim.attempt._lose()  # an async handler's task is cancelled
         now = server_now(self._manager.db, read=False)
         endings = [
-            Ending(c.intent.id, c.intent.claim_token, State.PENDING, next_at=now) for c in claims
+            Ending(
+                c.intent.id, c.intent.claim_token, State.PENDING, next_at=now, unstarted=not started
+            )
+            for c in claims
         ]
         try:
             released = set(self._manager.finish_many(endings))

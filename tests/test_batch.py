@@ -136,6 +136,35 @@ def test_finish_many_retries_cancels_and_releases_held_claims_and_skips_a_stale_
     assert (untouched.state, untouched.claim_token) == ("running", td)
 
 
+def test_finish_many_takes_back_the_attempt_of_an_unstarted_release_only():
+    (a, ta), (b, tb), (c, tc) = claimed(3)
+    endings = [
+        Ending(a, ta, "pending", next_at=at(2), unstarted=True),
+        Ending(b, tb, "pending", next_at=at(2)),
+        Ending(c, "0" * 32, "pending", next_at=at(2), unstarted=True),
+    ]
+    assert sorted(Intent.objects.finish_many(endings, now=at(2))) == sorted([a, b])
+    assert [(row(i).state, row(i).attempts) for i in (a, b)] == [("pending", 0), ("pending", 1)]
+    assert (row(c).state, row(c).attempts) == ("running", 1)  # a stale token: untouched
+
+
+@pytest.mark.parametrize(
+    "ending",
+    [
+        {"state": "cancelled", "unstarted": True},
+        {"state": "pending", "unstarted": True, "snooze": True},
+    ],
+)
+def test_an_unstarted_ending_other_than_a_release_is_refused_and_nothing_moves(ending):
+    (a, ta), (b, tb) = claimed(2)
+    before = snapshot()
+    with pytest.raises(ValueError, match=f"an unstarted claim of {b} is only released"):
+        Intent.objects.finish_many(
+            [Ending(a, ta, "pending", next_at=at(2)), Ending(b, tb, **ending)], now=at(2)
+        )
+    assert snapshot() == before
+
+
 def test_finish_many_adds_one_snooze_for_each_snoozed_ending_only():
     (a, ta), (b, tb), (c, tc), (d, td) = claimed(4)
     endings = [

@@ -278,7 +278,8 @@ def test_a_batch_of_results_finds_its_rows_by_primary_key_not_through_the_lease_
         params = [at(4), ids, tokens]
     else:
         n = len(ids)
-        params = [at(4), ids, tokens, ["pending"] * n, [at(9)] * n, ["e"] * n, [False] * n, at(4)]
+        endings = [["pending"] * n, [at(9)] * n, ["e"] * n, [False] * n, [False] * n]
+        params = [at(4), ids, tokens, *endings, at(4)]
     with backend.cursor() as cursor:
         # A table this small is best scanned whole; on a large one, that is
         # the choice the planner no longer has.

@@ -150,4 +150,5 @@ def test_a_stalled_pool_gives_its_local_queue_back_unstarted(background):  # noq
         lambda: all(row(id).state == Intent.State.COMPLETED for id in blocked), "every blocked one"
     )
     assert job.finish() == 0
-    assert max(row(id).attempts for id in blocked) <= 2  # claimed, given back once, run
+    # Claimed, perhaps given back (which takes its attempt back), then run once.
+    assert {row(id).attempts for id in blocked} == {1}

@@ -533,7 +533,8 @@ def test_a_stop_releases_a_queued_claim_without_running_it(background):
     assert job.finish() == 0
     assert started == ["p.block-0"]
     queued = row(second)
-    assert (queued.state, queued.claim_token, queued.attempts) == (Intent.State.PENDING, "", 1)
+    # Its claim counted an attempt; released unstarted, it takes it back.
+    assert (queued.state, queued.claim_token, queued.attempts) == (Intent.State.PENDING, "", 0)
     assert queued.next_at <= timezone.now()
     # The one that ran returned normally once cancelled: a success like any other.
     assert row(first).state == Intent.State.COMPLETED

@@ -32,7 +32,10 @@ class Ending:
     ``state`` is ``pending`` (a retry, or a release when ``next_at`` is now)
     or ``cancelled``; ``next_at`` and ``error`` are left as they are when ``None``.
     ``snooze`` adds one to ``snoozes``: a ``Retry(after=...)``, whose claim
-    ``MAX_ATTEMPTS`` then does not count.
+    ``MAX_ATTEMPTS`` then does not count. ``unstarted`` takes the claim's
+    attempt back: a release of a claim that waited in a pool's queue and never
+    reached a handler (a stall's give-back, a stop), which must not bring the
+    intent closer to ``MAX_ATTEMPTS`` however often it happens.
     """
 
     id: str
@@ -41,6 +44,7 @@ class Ending:
     next_at: datetime | None = None
     error: str | None = None
     snooze: bool = False
+    unstarted: bool = False
 
 
 Finished = tuple[str, str, str]  # id, kind, state: one row that finish_many moved
@@ -78,10 +82,16 @@ def finish_by_case(backend: Backend, endings: Sequence[Ending], *, now: datetime
                 whens = " ".join(["WHEN %s THEN %s"] * len(values))
                 sets.append(f"{column} = CASE id {whens} ELSE {column} END")
                 params += [v for pair in values for v in pair]
-        if snoozed := [e.id for e in endings if e.snooze]:
-            marks = ", ".join(["%s"] * len(snoozed))
-            sets.append(f"snoozes = snoozes + CASE WHEN id IN ({marks}) THEN 1 ELSE 0 END")
-            params += snoozed
+        for column, ids, change in (
+            ("snoozes", [e.id for e in endings if e.snooze], "+"),
+            ("attempts", [e.id for e in endings if e.unstarted], "-"),
+        ):
+            if ids:
+                marks = ", ".join(["%s"] * len(ids))
+                sets.append(
+                    f"{column} = {column} {change} CASE WHEN id IN ({marks}) THEN 1 ELSE 0 END"
+                )
+                params += ids
         statement = (
             f"UPDATE {backend.table}{backend.by_id} SET {', '.join(sets)}, {CLEAR_CLAIM}, "
             f"updated_at = %s "

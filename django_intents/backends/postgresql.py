@@ -142,9 +142,11 @@ class PostgreSQLBackend(LimitedClaims, ServerBoundCursors, Backend):
             f"next_at = COALESCE(v.next_at, t.next_at), "
             f"last_error = COALESCE(v.error, t.last_error), "
             f"snoozes = t.snoozes + CASE WHEN v.snooze THEN 1 ELSE 0 END, "
+            f"attempts = t.attempts - CASE WHEN v.unstarted THEN 1 ELSE 0 END, "
             f"{CLEAR_CLAIM}, updated_at = %s "
             f"FROM unnest(%s::text[], %s::text[], %s::text[], %s::timestamptz[], %s::text[], "
-            f"%s::boolean[]) AS v(id, token, state, next_at, error, snooze) "
+            f"%s::boolean[], %s::boolean[]) AS v(id, token, state, next_at, error, snooze, "
+            f"unstarted) "
             f"WHERE t.id = v.id AND (t.state = '{RUNNING}') IS TRUE AND t.claim_token = v.token "
             f"RETURNING t.id, t.kind, t.state, t.next_at <= %s, t.priority <> 0"
         )
@@ -302,11 +304,10 @@ class PostgreSQLBackend(LimitedClaims, ServerBoundCursors, Backend):
 
     def finish_many(self, endings: Sequence[Ending], *, now: datetime) -> list[Finished]:
         """One statement over arrays; an intent due now notifies idle pools, as release does."""
-        columns: list[list[Any]] = [[], [], [], [], [], []]
+        columns: list[list[Any]] = [[], [], [], [], [], [], []]
         for e in endings:
-            for column, value in zip(
-                columns, (e.id, e.token, e.state, e.next_at, e.error, e.snooze), strict=True
-            ):
+            row = (e.id, e.token, e.state, e.next_at, e.error, e.snooze, e.unstarted)
+            for column, value in zip(columns, row, strict=True):
                 column.append(value)
         with self.cursor() as cursor:
             cursor.execute(self.sql_finish_many, [now, *columns, now])
