@@ -56,6 +56,7 @@ class Target:
             "requests": self.requests,
             "too_many": self.too_many,
             "peak": self.peak,
+            "in_flight": self.in_flight,
             "delivered": len(self.delivered),
             "last": self.last,
         }

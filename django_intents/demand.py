@@ -27,7 +27,8 @@ for a free slot, not behind one handler, so its wait is the queue over the
 rate at which slots free, whatever a handler takes: the event loop holds up
 to ``--concurrency`` more claims than it runs, as many as its handlers
 finish in ``QUEUE_FOR`` seconds, and gives them all back when none returns
-for ``STALL_AFTER`` seconds. Not for kinds with ``LIMITS`` (``claim_groups``).
+for ``STALL_AFTER`` seconds. For kinds with ``LIMITS``, only what frees during
+a turn (``claim_groups``).
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ class Demand:
     ) -> None:
         self._workers = workers  # threads, or the event loop's slots (``awaited``)
         self._awaited = awaited
-        self._ahead = ahead  # claim ahead for the event loop (no LIMITS on its kinds)
+        self._ahead = ahead  # a full window ahead for the event loop (no LIMITS on its kinds)
         # Queued claims a stall leaves: one per thread; the event loop's slots
         # take theirs at once, so what waits there is all ahead.
         self._keep = 0 if awaited else workers
@@ -127,9 +128,11 @@ class Demand:
         if handler is None:
             return self._workers
         if self._awaited:
-            if self.stalled() or not self._ahead:
+            if self.stalled():
                 return self._workers
-            return self._workers + min(int(self._rate * self._window), self._workers)
+            # Kinds with LIMITS: only what frees while a claim is on its way (``claim_groups``).
+            window = self._window if self._ahead else self._turn_time
+            return self._workers + min(int(self._rate * window), self._workers)
         if handler < CLAIM_AHEAD_BELOW:
             if self.stalled():
                 return self._workers * 2
@@ -237,11 +240,14 @@ def claim_groups(
 ) -> list[ClaimGroup]:
     """The threads' group and the event loop's, in that order: indexed by ``Claim.awaited``.
 
-    The event loop claims ahead only while none of its kinds has ``LIMITS``:
+    While one of its kinds has ``LIMITS``, the event loop claims ahead only
+    what its slots free during one of the pool's turns, not in ``QUEUE_FOR``:
     a claim waiting for a slot holds one of its target's ``per_target``
-    places without running, and a relay whose targets were at their caps
-    gained nothing from the queue but sent a rate-limited partner twice the
-    requests over its limit (docs/benchmarks.md, "The event loop's queue").
+    places without running, and with a tenth of a second ahead a relay's
+    rate-limited partner got its deliveries in bursts and saw twice the
+    requests over its limit; a turn's worth only fills the slots that would
+    idle through the claim's round trip (docs/benchmarks.md, "The event
+    loop's queue").
     """
     awaited = {kind for kind, handler in handlers.items() if is_async(handler)}
     groups = []

@@ -15,7 +15,9 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING
 
 from django.db import Error as DatabaseFailure
 
@@ -23,6 +25,9 @@ from .backlog import read_backlog
 from .conf import get_settings
 from .models import Intent
 from .outage import cause_text
+
+if TYPE_CHECKING:
+    from .floor import ClaimFloor
 
 # The pool's logger: operators filter on one name for everything a pool says.
 log = logging.getLogger("django_intents.worker")
@@ -92,6 +97,24 @@ class Drain:
             return False  # due, but held back by a limit: wait for a slot
         log.info("drained: no intent of kinds %s is due", kinds)
         return True
+
+    def found_nothing(
+        self, since: datetime | None, floors: Sequence[ClaimFloor], ring: Callable[[], None]
+    ) -> int | None:
+        """What a claim that found nothing proves: 0 when it looked at the whole
+        index; ``None`` if it looked only above its floor (``floor.py``).
+
+        A drain may end only when a claim that looked at the whole index found
+        nothing, so the next turn of a draining pool makes a full one at once,
+        in every group (the floors): only such a turn ends it.
+        """
+        if since is None:
+            return 0
+        if self.ends_on_claim:
+            for floor in floors:
+                floor.rescan()
+            ring()
+        return None
 
     def overdue(self) -> bool:
         """True once, when the timeout has passed: the pool must stop now."""

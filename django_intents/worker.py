@@ -324,18 +324,8 @@ class WorkerPool:
         return list(zip(self._groups, waiting, strict=False))
 
     def _drained_below(self, since: datetime | None) -> int | None:
-        """0 when a claim found nothing; ``None`` if only a floored one did.
-
-        A drain may end only when a claim that looked at the whole index found
-        nothing, so the next turn of a draining pool makes a full one at once.
-        """
-        if since is None:
-            return 0
-        if self._drain.ends_on_claim:
-            for group in self._groups:  # only a turn of full scans in every group ends it
-                group.floor.rescan()
-            self._alarm.ring()
-        return None
+        floors = [group.floor for group in self._groups]
+        return self._drain.found_nothing(since, floors, self._alarm.ring)
 
     def _collect(self) -> None:
         """Take the claims whose handlers have returned; queue their results to record."""
