@@ -200,8 +200,12 @@ class LimitedClaims:
                 if not zero:
                     priority = self.columns.index("priority")
                     self._others_due[key] = any(row[priority] != 0 for row in rows)
-                elif 0 < len(rows) < limit:  # priority 0 ran out: the next claim walks every
-                    self._others_due[key] = True  # priority (``claim_by_priority``)
+                elif 0 < len(rows) < limit:  # priority 0 ran out: the others may be due
+                    self._others_due[key] = True
+                    rest = self.claim_limited(
+                        now=now, limit=limit - len(rows), filters=filters, tail=tail
+                    )
+                    return Claims(rows + rest, held_back=rest.held_back)
                 return Claims(rows)
             self._tight[key] = time.monotonic() + TIGHT_FOR
         return self.claim_exactly(now=now, limit=limit, filters=filters, tail=tail)

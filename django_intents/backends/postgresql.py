@@ -242,32 +242,29 @@ class PostgreSQLBackend(LimitedClaims, ServerBoundCursors, Backend):
         """A pool's claim above its floor uses the plain statement of priority 0
         while no other priority is due; every other claim walks the three branches.
 
-        The listener says when intents of other priorities are due; so does a
-        plain claim that ran out of priority 0 (it took less than it asked
-        for, though some), since an intent of another priority may have
-        become due by time, which no ``NOTIFY`` announces. The next claim of
-        the same kinds then walks the three branches (``sql_claim``); a claim
-        of the branches that took no intent of another priority goes back to
-        the plain one. The claim that ran out returns at once with what it
-        took rather than walk the branches for the room left: an idle pool's
-        claim of one new intent does just that, and the second round trip
-        was a third of the time from commit to handler. So a pool whose
-        queue never uses priorities pays one small index lookup per claim,
-        and an intent of a higher priority waits one claim at most; a claim
-        without a floor (the manager's, a pool's full scan) always takes the
-        exact order.
+        The plain statement says whether intents of other priorities are due;
+        the next claim of the same kinds then walks the three branches
+        (``sql_claim``), and so does this one at once for whatever room the
+        plain one left. A claim of the branches that took no intent of another
+        priority goes back to the plain one. So a pool whose queue never uses
+        priorities pays one small index lookup per claim, and an intent of a
+        higher priority waits one claim at most; a claim without a floor
+        (the manager's, a pool's full scan) always takes the exact order.
         """
         key = None if filters.kinds is None else tuple(filters.kinds)
+        rows: list[Any] = []
         if filters.since is not None and not self._others_due.get(key, True):
             statement, params = self.zero_claim_query(now=now, limit=limit, filters=filters)
             with self.cursor() as cursor:
                 cursor.execute(statement, [*params, *tail])
                 rows = cursor.fetchall()
-            # Nothing of priority 0 above the floor is an idle pool's poll, which
-            # would pay the branches ten times a second for nothing: what the
+            # Nothing of priority 0 above the floor: an idle pool's poll, which
+            # would pay the branches ten times a second for nothing. What the
             # listener has not announced waits for the pool's full claim.
-            self._others_due[key] = 0 < len(rows) < limit
-            return rows
+            if len(rows) == limit or not rows:
+                return rows
+            # Priority 0 ran out: the other priorities may have due intents.
+            limit -= len(rows)
         # The statement of claim_queries is the whole claim; its parameters end
         # before the token salt, the lease end and the update time.
         [(statement, params)] = self.claim_queries(now=now, limit=limit, filters=filters)
@@ -276,7 +273,7 @@ class PostgreSQLBackend(LimitedClaims, ServerBoundCursors, Backend):
             branched = cursor.fetchall()
         priority = self.columns.index("priority")
         self._others_due[key] = any(row[priority] != 0 for row in branched)
-        return branched
+        return rows + branched
 
     def zero_claim_query(
         self, *, now: datetime, limit: int, filters: ClaimFilters, template: str | None = None
