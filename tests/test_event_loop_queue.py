@@ -1,7 +1,7 @@
 """The event loop's queue (``eventloop.py``, ``demand.py``): async handlers' claims
 wait there for a slot and start the moment one frees; the pool claims ahead for
-it, gives it back when the handlers stall or the pool stops, and never for kinds
-with ``LIMITS``."""
+it, gives it back when the handlers stall or the pool stops, and for kinds with
+``LIMITS`` only what frees during a turn, never beyond their caps."""
 
 from __future__ import annotations
 
@@ -9,10 +9,12 @@ import asyncio
 import queue
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from django.test import override_settings
 from django.utils import timezone
 
 from django_intents import demand
@@ -22,7 +24,7 @@ from django_intents.eventloop import EventLoop
 from django_intents.execution import Claim
 from django_intents.models import Intent
 
-from .conftest import external_kinds, row
+from .conftest import external_kinds, intents, row
 from .test_local_queue import Clock
 from .test_worker_pool import Background, background, enqueue_at, pool, running  # noqa: F401
 from .workerutil import wait_for
@@ -80,7 +82,7 @@ def test_kinds_with_limits_are_claimed_ahead_only_for_what_frees_during_a_turn()
         # 1000/s: a tenth of a second's worth (capped at the 8 slots), or for
         # limited kinds what returns in one turn of 2 ms (just under 2: 1 or 2).
         ahead_by = loop.demand.capacity() - 8
-        assert ahead_by == 8 if ahead else 1 <= ahead_by <= 2, limited
+        assert (ahead_by == 8) if ahead else (1 <= ahead_by <= 2), limited
 
 
 # -- the event loop itself, without a database ---------------------------------
@@ -250,3 +252,38 @@ def test_a_stop_releases_the_claims_waiting_on_the_event_loop(background):  # no
     assert {(r.state, r.claim_token, r.attempts) for r in rest} == {(Intent.State.PENDING, "", 0)}
     assert [r for r in rest if r.next_at >= began], "none was claimed ahead: nothing to release"
     assert len(ran) + len(rest) == 30
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_limited_async_kind_claimed_ahead_never_runs_beyond_its_per_target_cap(
+    background,  # noqa: F811
+):
+    running_now: dict[str, int] = {}
+    peaks: dict[str, int] = {}
+    lock = threading.Lock()
+
+    async def deliver(intent: Intent, attempt: Attempt) -> None:
+        with lock:
+            running_now[intent.target] = running_now.get(intent.target, 0) + 1
+            peaks[intent.target] = max(peaks.get(intent.target, 0), running_now[intent.target])
+        await asyncio.sleep(0.005)
+        with lock:
+            running_now[intent.target] -= 1
+
+    ids = [
+        Intent.objects.enqueue("aq.quick", f"limited-{i}", f"t{i % 3}", next_at=timezone.now())
+        for i in range(90)
+    ]
+    table_peaks: list[int] = []
+    declared = [*intents().get("EXTERNAL_KINDS", ()), "aq.quick", "aq.block"]
+    limited = intents(EXTERNAL_KINDS=declared, LIMITS={"aq.quick": {"per_target": 2}})
+    with override_settings(INTENTS=limited):
+        job = background(pool({"aq.quick": deliver}, concurrency=8, drain=True))
+        until = time.monotonic() + 30
+        while job.thread.is_alive() and time.monotonic() < until:  # the table, sampled
+            per_target = Intent.objects.filter(state="running").values_list("target", flat=True)
+            table_peaks.append(max(Counter(per_target).values(), default=0))
+            time.sleep(0.01)
+        assert job.join() == 0
+    assert max(peaks.values()) <= 2 and max(table_peaks) <= 2, (peaks, table_peaks)
+    assert {(row(id).state, row(id).attempts) for id in ids} == {(Intent.State.COMPLETED, 1)}
