@@ -140,7 +140,8 @@ def test_a_claim_without_a_floor_always_takes_the_exact_priority_order():
 def test_a_pool_claims_priority_zero_with_the_plain_statement_until_told_or_run_out(vendor):
     """PostgreSQL: the three branches cost a third more planning than one, so a
     pool's floored claims use the claim of priority 0 alone until the pool's
-    listener hears of an intent of another priority, or priority 0 runs out."""
+    listener hears of an intent of another priority, or a claim runs out of
+    priority 0; that claim returns at once, and the next walks every branch."""
     if vendor != "postgresql":
         pytest.skip("SQLite and MariaDB claim every branch in one cheap statement")
     from django.test.utils import CaptureQueriesContext
@@ -161,8 +162,10 @@ def test_a_pool_claims_priority_zero_with_the_plain_statement_until_told_or_run_
     assert ids == [zeros[4], zeros[5]] and "branch_high" not in sql
     assert row(high).state == "pending"
     late = put("late", due=0.95)
-    ids, sql = claim()  # priority 0 runs out: every branch for the room left
-    assert ids == [high, late] and "branch_high" in sql
+    ids, sql = claim()  # priority 0 runs out: it returns what it took, at once
+    assert ids == [late] and "branch_high" not in sql
+    ids, sql = claim()  # and the next claim walks every branch
+    assert ids == [high] and "branch_high" in sql
     ids, sql = claim()  # that took one of another priority: every branch again
     assert ids == [] and "branch_high" in sql
     more = [put(f"more-{i}", due=0.96 + i / 100) for i in range(3)]
@@ -174,8 +177,34 @@ def test_a_pool_claims_priority_zero_with_the_plain_statement_until_told_or_run_
     assert ids == [urgent, more[2]] and "branch_high" in sql
     ids, sql = claim()  # that took one of another priority: every branch again, finding none
     assert ids == [] and "branch_high" in sql
-    ids, sql = claim()  # an idle pool's poll: the plain claim finds nothing and looks no further
-    assert ids == [] and "branch_high" not in sql
+
+
+def test_a_listener_hint_that_arrives_during_a_claim_is_not_cleared_by_it(vendor):
+    """The listener runs in its own thread: an urgent intent's NOTIFY may arrive
+    while a claim whose snapshot predates the intent is running. That claim saw
+    nothing of another priority and must not clear the hint, or the urgent
+    intent waits for the pool's full claim (CI once saw 17 intents overtake one)."""
+    if vendor != "postgresql":
+        pytest.skip("SQLite and MariaDB claim every branch in one statement; no hint")
+    from django.test.utils import CaptureQueriesContext
+
+    backend = backend_for(connection, Intent)
+    zeros = [put(f"zero-{i}", due=i / 10) for i in range(4)]
+    claimed_ids(2, 1, since=T0)  # every branch or the plain claim: priority 0 only
+    urgent = put("urgent", 9, due=0.9)
+
+    def hint_during(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        result = execute(sql, params, many, context)
+        backend.others_due(KIND)  # the NOTIFY, heard before the claim has returned
+        return result
+
+    with connection.execute_wrapper(hint_during), CaptureQueriesContext(connection) as queries:
+        taken = claimed_ids(2, 1, since=T0)
+    assert taken == zeros[2:] and "branch_high" not in queries[-1]["sql"]
+    with CaptureQueriesContext(connection) as queries:
+        assert claimed_ids(2, 1, since=T0) == [urgent]
+    assert "branch_high" in queries[-1]["sql"]
+    assert {row(id).state for id in [*zeros, urgent]} == {"running"}
 
 
 @pytest.mark.django_db(transaction=True)

@@ -191,6 +191,7 @@ class LimitedClaims:
         next ``TIGHT_FOR`` seconds, rather than trying the plain one first.
         """
         key = ("limited", *sorted(filters.limits))
+        heard = self._heard
         if time.monotonic() >= self._tight.get(key, 0.0):
             zero = filters.since is not None and not self._others_due.get(key, True)
             statement, params = self.roomy_query(now=now, limit=limit, filters=filters, zero=zero)
@@ -199,13 +200,9 @@ class LimitedClaims:
                 rows = [row[:-1] for row in found if row[0] is not None]
                 if not zero:
                     priority = self.columns.index("priority")
-                    self._others_due[key] = any(row[priority] != 0 for row in rows)
-                elif 0 < len(rows) < limit:  # priority 0 ran out: the others may be due
-                    self._others_due[key] = True
-                    rest = self.claim_limited(
-                        now=now, limit=limit - len(rows), filters=filters, tail=tail
-                    )
-                    return Claims(rows + rest, held_back=rest.held_back)
+                    self.settle_others(key, heard, any(row[priority] != 0 for row in rows))
+                elif 0 < len(rows) < limit:  # priority 0 ran out: the next claim walks every
+                    self._others_due[key] = True  # priority (``claim_by_priority``)
                 return Claims(rows)
             self._tight[key] = time.monotonic() + TIGHT_FOR
         return self.claim_exactly(now=now, limit=limit, filters=filters, tail=tail)
@@ -227,6 +224,7 @@ class LimitedClaims:
         after the one that saw it due.
         """
         key = ("limited", *sorted(filters.limits))
+        heard = self._heard
         zero = not self._others_due.get(key, True)
         [(statement, params)] = self.candidate_queries(
             now=now, limit=limit, filters=filters, zero=zero
@@ -236,7 +234,7 @@ class LimitedClaims:
             statement, [*params, *tail, limit], filters=filters, lock=lock
         )
         priority = self.columns.index("priority")
-        self._others_due[key] = others or any(row[priority] != 0 for row in rows)
+        self.settle_others(key, heard, others or any(row[priority] != 0 for row in rows))
         if zero and others and len(rows) < limit:
             rest = self.claim_exactly(now=now, limit=limit - len(rows), filters=filters, tail=tail)
             rows += rest

@@ -119,6 +119,9 @@ class PostgreSQLBackend(LimitedClaims, ServerBoundCursors, Backend):
         # Per claimed kinds: whether intents of other priorities may be due
         # (claim_by_priority); the listener's hint sets it (others_due).
         self._others_due: dict[tuple[str, ...] | None, bool] = {}
+        # How many hints the listener has given; a claim that began before one
+        # must not clear it (``settle_others``).
+        self._heard = 0
         # Per limited kinds: until when they claim exactly (``claim_limited``).
         self._tight: dict[tuple[str, ...], float] = {}
         self.build_limited(returned)
@@ -242,29 +245,33 @@ class PostgreSQLBackend(LimitedClaims, ServerBoundCursors, Backend):
         """A pool's claim above its floor uses the plain statement of priority 0
         while no other priority is due; every other claim walks the three branches.
 
-        The plain statement says whether intents of other priorities are due;
-        the next claim of the same kinds then walks the three branches
-        (``sql_claim``), and so does this one at once for whatever room the
-        plain one left. A claim of the branches that took no intent of another
-        priority goes back to the plain one. So a pool whose queue never uses
-        priorities pays one small index lookup per claim, and an intent of a
-        higher priority waits one claim at most; a claim without a floor
-        (the manager's, a pool's full scan) always takes the exact order.
+        The listener says when intents of other priorities are due; so does a
+        plain claim that ran out of priority 0 (it took less than it asked
+        for, though some), since an intent of another priority may have
+        become due by time, which no ``NOTIFY`` announces. The next claim of
+        the same kinds then walks the three branches (``sql_claim``); a claim
+        of the branches that took no intent of another priority goes back to
+        the plain one. The claim that ran out returns at once with what it
+        took rather than walk the branches for the room left: an idle pool's
+        claim of one new intent does just that, and the second round trip
+        was a third of the time from commit to handler. So a pool whose
+        queue never uses priorities pays one small index lookup per claim,
+        and an intent of a higher priority waits one claim at most; a claim
+        without a floor (the manager's, a pool's full scan) always takes the
+        exact order.
         """
         key = None if filters.kinds is None else tuple(filters.kinds)
-        rows: list[Any] = []
+        heard = self._heard
         if filters.since is not None and not self._others_due.get(key, True):
             statement, params = self.zero_claim_query(now=now, limit=limit, filters=filters)
             with self.cursor() as cursor:
                 cursor.execute(statement, [*params, *tail])
                 rows = cursor.fetchall()
-            # Nothing of priority 0 above the floor: an idle pool's poll, which
-            # would pay the branches ten times a second for nothing. What the
+            # Nothing of priority 0 above the floor is an idle pool's poll, which
+            # would pay the branches ten times a second for nothing: what the
             # listener has not announced waits for the pool's full claim.
-            if len(rows) == limit or not rows:
-                return rows
-            # Priority 0 ran out: the other priorities may have due intents.
-            limit -= len(rows)
+            self.settle_others(key, heard, 0 < len(rows) < limit)
+            return rows
         # The statement of claim_queries is the whole claim; its parameters end
         # before the token salt, the lease end and the update time.
         [(statement, params)] = self.claim_queries(now=now, limit=limit, filters=filters)
@@ -272,8 +279,8 @@ class PostgreSQLBackend(LimitedClaims, ServerBoundCursors, Backend):
             cursor.execute(statement, [*params, *tail])
             branched = cursor.fetchall()
         priority = self.columns.index("priority")
-        self._others_due[key] = any(row[priority] != 0 for row in branched)
-        return rows + branched
+        self.settle_others(key, heard, any(row[priority] != 0 for row in branched))
+        return branched
 
     def zero_claim_query(
         self, *, now: datetime, limit: int, filters: ClaimFilters, template: str | None = None
@@ -287,9 +294,22 @@ class PostgreSQLBackend(LimitedClaims, ServerBoundCursors, Backend):
         statement = statement.replace("{filters}", where).replace(FLOOR, floor)
         return statement, [at, at, *params, *floor_params, limit]
 
+    def settle_others(self, key: tuple[str, ...] | None, heard: int, due: bool) -> None:
+        """Record whether a claim saw intents of other priorities due, unless the
+        listener gave a hint while it ran (``heard`` is its count at the start).
+
+        The listener runs in a thread of its own. A claim whose statement began
+        before an urgent intent committed did not see it; if its NOTIFY arrived
+        meanwhile, clearing the flag would leave that intent to the pool's full
+        claim, up to a second later.
+        """
+        if due or heard == self._heard:
+            self._others_due[key] = due
+
     def others_due(self, kind: str) -> None:
         """Intents of ``kind`` at another priority than 0 became due now (the pool's
         listener heard it on PRIORITY_CHANNEL): the next claims of it walk every branch."""
+        self._heard += 1  # first: a claim that reads the count after this sees the flag
         for key in list(self._others_due):
             if key is None or kind in key:
                 self._others_due[key] = True
