@@ -72,6 +72,10 @@ class RelaySystem:
         """Jobs of ``target`` that lost an attempt to a 429 (see docs/benchmarks.md)."""
         raise NotImplementedError
 
+    def snoozes(self, target: str) -> int | None:
+        """How often ``target``'s jobs snoozed, where the system counts it."""
+        return None
+
 
 def _jobs(targets: list[str], n: int) -> Iterator[tuple[int, str, str]]:
     """Job ``i`` goes to target ``i % 20``, so every claim window sees them all.
@@ -121,6 +125,14 @@ class Intents(RelaySystem):
             Q(state="completed", attempts__gt=F("snoozes") + 1)
             | (~Q(state="completed") & Q(attempts__gt=F("snoozes")))
         ).count()
+
+    def snoozes(self, target: str) -> int | None:
+        from django.db.models import Sum
+
+        from django_intents.models import Intent
+
+        found = Intent.objects.filter(kind=KIND, target=target).aggregate(n=Sum("snoozes"))
+        return found["n"] or 0
 
 
 class Procrastinate(RelaySystem):
@@ -287,6 +299,8 @@ def run_scenario(
         if outage:
             connection.ensure_connection()
             row["limited_lost"] = relay.lost(targets[LIMITED])
+            # Each snooze is a claim and a write that delivered nothing.
+            row["limited_snoozes"] = relay.snoozes(targets[LIMITED])
             connection.close()
         for proc in procs:
             proc.terminate()
