@@ -25,6 +25,8 @@ from .validation import exception_text
 # The pool's logger: operators filter on one name for everything a pool says.
 log = logging.getLogger("django_intents.worker")
 
+# Executions of one statement before psycopg prepares it (its own default is 5).
+PREPARE_AFTER = 2
 FIRST_DELAY = 0.1
 MAX_DELAY = 5.0
 
@@ -92,7 +94,7 @@ class Outage:
             self._since = None
 
 
-def reuse_connection(using: str) -> None:
+def reuse_connection(using: str, *, prepare: bool = False) -> None:
     """Keep the pool's connection from turn to turn; close it only when it is broken.
 
     Django's ``close_old_connections()`` also closes a connection older than
@@ -100,6 +102,12 @@ def reuse_connection(using: str) -> None:
     would open a new connection (a new server process, on PostgreSQL) every
     turn. The pool's connection is opened once and reopened only after an
     error (SPEC §9), like a request's connection with ``CONN_HEALTH_CHECKS``.
+
+    ``prepare`` (the pool's LISTEN proved the alias direct, ``Waker.direct``):
+    psycopg prepares the statements this connection repeats. Parsing and
+    planning were half of an idle pool's claim; Django prepares nothing
+    unless ``OPTIONS["prepare_threshold"]`` says so, for the sake of poolers
+    in transaction mode, and only this connection is known to have none.
     """
     connection = connections[using]
     if connection.connection is None:
@@ -111,6 +119,9 @@ def reuse_connection(using: str) -> None:
             connection.errors_occurred = False
         else:
             connection.close()
+    elif prepare and getattr(connection.connection, "prepare_threshold", 0) is None:
+        connection.connection.prepare_threshold = PREPARE_AFTER  # psycopg 3's connection
+        log.info("preparing the statements the pool repeats on %r (LISTEN proved it direct)", using)
 
 
 def cause_text(exc: BaseException) -> str:

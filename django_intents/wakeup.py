@@ -112,6 +112,10 @@ class Waker:
         self._using = using
         self._wake = wake
         self._stopped = threading.Event()
+        # Set once a LISTEN on the queue's own alias heard a NOTIFY: a session
+        # of that alias outlives a transaction, so no pooler in transaction
+        # mode stands between (``outage.reuse_connection`` prepares then).
+        self.direct = threading.Event()
         self._thread = threading.Thread(target=self._run, name=self.thread_name, daemon=True)
 
     def start(self) -> None:
@@ -194,6 +198,8 @@ class Listener(Waker):
                     self._fall_back()
                     return
                 self._proven = True
+                if self._listen == self._using:
+                    self.direct.set()
                 if failed:
                     log.info("LISTEN connection is back; wake-ups are immediate again")
                 else:

@@ -50,7 +50,7 @@ from .recorder import Recorder
 from .shutdown import Shutdown
 from .startup import log_start
 from .validation import check_pool
-from .wakeup import Alarm, start_waker
+from .wakeup import Alarm, Waker, start_waker
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +117,7 @@ class WorkerPool:
             EventLoop(self._finished, self._alarm.ring, self._concurrency) if loop else None
         )
         self._liveness = Liveness(self._poll)
+        self._waker: Waker | None = None  # started by run()
         self._leases = LeaseTable(
             self._manager, lease=self._lease, renew=self._renew, reached=self._liveness.reached
         )
@@ -153,7 +154,9 @@ class WorkerPool:
             self._eventloop.start()
         listener = None
         try:
-            listener = start_waker(using=self._using, kinds=self._kinds, wake=self._alarm.ring)
+            self._waker = listener = start_waker(
+                using=self._using, kinds=self._kinds, wake=self._alarm.ring
+            )
             # Handled before the start line: whoever waits for it may stop us at once.
             with self._shutdown.signals_handled(self._handle_signals):
                 log_start(
@@ -231,7 +234,9 @@ class WorkerPool:
                     return 0
             drained = False
             try:
-                reuse_connection(self._using)
+                reuse_connection(
+                    self._using, prepare=bool(self._waker and self._waker.direct.is_set())
+                )
                 self._leases.refused(self._leases.renew_due())
                 if deadline is None:
                     for group, jobs in self._queued():

@@ -21,8 +21,10 @@ from django.conf import settings
 from django.db import connection, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
+from django_intents.backends import backend_for
 from django_intents.conf import parse
 from django_intents.models import Intent
+from django_intents.outage import PREPARE_AFTER, reuse_connection
 from django_intents.wakeup import Listener
 
 from . import settings as suite_settings
@@ -146,5 +148,74 @@ def test_a_pool_behind_the_pooler_without_listen_database_warns_once_and_polls(c
         worker.signal(signal.SIGTERM)
         worker.assert_clean_exit(timeout=15)
         assert worker.log.count(FELL_BACK) == 1
+        assert "preparing the statements" not in worker.log  # a pooler may be in between
+    finally:
+        worker.cleanup()
+
+
+# -- what a proven LISTEN says of the queue's alias: prepared statements ----------------
+
+DIRECT_ONLY = pytest.mark.skipif(
+    suite_settings.VENDOR != "postgresql", reason="needs PostgreSQL without a pooler"
+)
+PREPARING = "preparing the statements the pool repeats"
+
+
+@DIRECT_ONLY
+@pytest.mark.django_db(transaction=True)
+def test_a_listen_proven_on_the_queue_alias_says_that_alias_is_direct(listeners):
+    listener, _ = listeners("default")
+    assert listener.listening.wait(10), "the start-up NOTIFY never arrived"
+    assert listener.direct.is_set()
+
+
+@POOLED
+@pytest.mark.django_db(transaction=True)
+def test_a_listen_proven_on_another_alias_says_nothing_of_the_queue_alias(listeners):
+    listener, _ = listeners(DIRECT)
+    assert listener.listening.wait(10), "the start-up NOTIFY never arrived"
+    assert not listener.direct.is_set()
+
+
+@DIRECT_ONLY
+@pytest.mark.django_db(transaction=True)
+def test_the_pool_connection_prepares_what_it_repeats_only_once_proven_direct():
+    connection.ensure_connection()
+    raw = connection.connection
+    try:
+        reuse_connection("default")
+        assert raw.prepare_threshold is None  # Django's default: nothing prepared
+        reuse_connection("default", prepare=True)
+        assert raw.prepare_threshold == PREPARE_AFTER
+        # The backend's cursors bind on the server, which psycopg can prepare;
+        # Django's own bind on the client, and are never prepared.
+        with backend_for(connection, Intent).cursor() as cursor:
+            for _ in range(PREPARE_AFTER + 1):
+                cursor.execute("SELECT count(*) FROM django_intents_intent WHERE kind = %s", ["x"])
+            cursor.execute("SELECT count(*) FROM pg_prepared_statements")
+            assert cursor.fetchone()[0] >= 1
+    finally:
+        raw.prepare_threshold = None
+        with connection.cursor() as cursor:
+            cursor.execute("DEALLOCATE ALL")
+
+
+@DIRECT_ONLY
+@pytest.mark.django_db(transaction=True)
+def test_a_pool_on_a_direct_connection_prepares_its_statements_and_runs_as_before():
+    worker = Worker(["--workers", "2", "--lease", "3", "--renew", "1"], {"POLL_INTERVAL": 0.2}, {})
+    try:
+        wait_for(lambda: PREPARING in worker.log, "the pool to prepare its statements", timeout=20)
+        ids = [Intent.objects.enqueue("test.ok", f"prepared-{i}", "t") for i in range(5)]
+        wait_for(
+            lambda: Intent.objects.filter(id__in=ids, state="completed").count() == 5,
+            "the intents to complete",
+        )
+        worker.signal(signal.SIGTERM)
+        worker.assert_clean_exit(timeout=15)
+        assert worker.log.count(PREPARING) == 1
+        assert set(Intent.objects.filter(id__in=ids).values_list("state", "attempts")) == {
+            ("completed", 1)
+        }
     finally:
         worker.cleanup()
