@@ -152,11 +152,8 @@ class WorkerPool:
         threads = self._executor.start(count, self._jobs, self._finished, self._alarm.ring)
         if self._eventloop is not None:
             self._eventloop.start()
-        listener = None
         try:
-            self._waker = listener = start_waker(
-                using=self._using, kinds=self._kinds, wake=self._alarm.ring
-            )
+            self._waker = start_waker(using=self._using, kinds=self._kinds, wake=self._alarm.ring)
             # Handled before the start line: whoever waits for it may stop us at once.
             with self._shutdown.signals_handled(self._handle_signals):
                 log_start(
@@ -169,7 +166,7 @@ class WorkerPool:
                     poll=self._poll,
                     grace=self._grace,
                     drain=self._drain.describe(),
-                    waker=listener,
+                    waker=self._waker,
                 )
                 status = self._loop()
                 if status == 0:
@@ -179,8 +176,8 @@ class WorkerPool:
                     self._abandon()
         finally:
             self._liveness.stop()
-            if listener is not None:
-                listener.stop()
+            if self._waker is not None:
+                self._waker.stop()
             until = time.monotonic() + 1.0
             self._executor.stop(threads, self._jobs, until)
             if self._eventloop is not None:

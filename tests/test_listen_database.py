@@ -69,6 +69,20 @@ def listeners() -> Iterator[Any]:
         listener.stop()
 
 
+def complete_through(worker: Worker, *, after: str, name: str, count: int) -> list[str]:
+    """Once ``after`` is in the pool's log, enqueue ``count`` intents, wait until the
+    pool completed them, and stop it with SIGTERM; a clean exit is asserted."""
+    wait_for(lambda: after in worker.log, f"{after!r} in the log", timeout=20)
+    ids = [Intent.objects.enqueue("test.ok", f"{name}-{i}", "t") for i in range(count)]
+    wait_for(
+        lambda: Intent.objects.filter(id__in=ids, state="completed").count() == count,
+        "the intents to complete",
+    )
+    worker.signal(signal.SIGTERM)
+    worker.assert_clean_exit(timeout=15)
+    return ids
+
+
 def fallbacks(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in caplog.records if FELL_BACK in r.getMessage()]
 
@@ -139,14 +153,7 @@ def test_a_pool_behind_the_pooler_without_listen_database_warns_once_and_polls(c
         {},
     )
     try:
-        wait_for(lambda: FELL_BACK in worker.log, "the warning", timeout=20)
-        ids = [Intent.objects.enqueue("test.ok", f"polled-{i}", "t") for i in range(3)]
-        wait_for(
-            lambda: Intent.objects.filter(id__in=ids, state="completed").count() == 3,
-            "the intents to be found by polling",
-        )
-        worker.signal(signal.SIGTERM)
-        worker.assert_clean_exit(timeout=15)
+        complete_through(worker, after=FELL_BACK, name="polled", count=3)
         assert worker.log.count(FELL_BACK) == 1
         assert "preparing the statements" not in worker.log  # a pooler may be in between
     finally:
@@ -205,14 +212,7 @@ def test_the_pool_connection_prepares_what_it_repeats_only_once_proven_direct():
 def test_a_pool_on_a_direct_connection_prepares_its_statements_and_runs_as_before():
     worker = Worker(["--workers", "2", "--lease", "3", "--renew", "1"], {"POLL_INTERVAL": 0.2}, {})
     try:
-        wait_for(lambda: PREPARING in worker.log, "the pool to prepare its statements", timeout=20)
-        ids = [Intent.objects.enqueue("test.ok", f"prepared-{i}", "t") for i in range(5)]
-        wait_for(
-            lambda: Intent.objects.filter(id__in=ids, state="completed").count() == 5,
-            "the intents to complete",
-        )
-        worker.signal(signal.SIGTERM)
-        worker.assert_clean_exit(timeout=15)
+        ids = complete_through(worker, after=PREPARING, name="prepared", count=5)
         assert worker.log.count(PREPARING) == 1
         assert set(Intent.objects.filter(id__in=ids).values_list("state", "attempts")) == {
             ("completed", 1)

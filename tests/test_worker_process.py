@@ -358,6 +358,10 @@ def test_connections_killed_server_side_mid_run_the_pool_reconnects_and_finishes
         # (Behind PgBouncer the pooler replaces a dead server connection between
         # transactions, so the pool may never see one.)
         assert "database error" in worker.log, worker.log
+    if conn_max_age == "None" and suite_settings.VENDOR == "postgresql":
+        # The reopened connection has none of the old one's prepared statements,
+        # and the pool prepares again on it (outage.reuse_connection).
+        assert worker.log.count("preparing the statements") >= 2, worker.log
     if connection.vendor == "postgresql":
         assert "LISTEN connection is back" in worker.log, worker.log
 
