@@ -12,7 +12,9 @@ of the requests it let through): above that it answers 429 at once with
 The server measures what must be the same for every queue, so it counts here
 and not in the workers: per target, the requests, the 429s (the requests
 above the limit), the peak of requests in flight at once (for the dead target,
-the most workers it held), and for each delivery (a 200) the delay from the
+the most workers it held), the seconds its requests were in flight, summed
+(over a run's time, the requests it had in flight on average: what the
+worker kept busy), and for each delivery (a 200) the delay from the
 ``at`` the handler passed, its intent's enqueue time, to the moment the 200
 was sent. ``GET /stats`` returns the counts, and the delays with
 ``?latencies=1``. It runs as a process of its own, like ``bench/http_server.py``,
@@ -49,6 +51,7 @@ class Target:
     let_through: collections.deque[float] = field(default_factory=collections.deque)
     delivered: dict[str, float] = field(default_factory=dict)
     last: float | None = None
+    busy: float = 0.0  # seconds of requests in flight, summed: its mean concurrency over time
 
     def counts(self) -> dict[str, Any]:
         return {
@@ -59,6 +62,7 @@ class Target:
             "in_flight": self.in_flight,
             "delivered": len(self.delivered),
             "last": self.last,
+            "busy": self.busy,
         }
 
 
@@ -104,6 +108,7 @@ def make_app(dead: int, limited: int) -> web.Application:
             return web.Response(text="ok")
         finally:
             target.in_flight -= 1
+            target.busy += time.time() - now
 
     async def stats(request: web.Request) -> web.Response:
         body: dict[str, Any] = {

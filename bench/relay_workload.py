@@ -317,6 +317,8 @@ def run_scenario(
         return {**row, "error": f"worker exit {row['exit']}: {_last_log_line(suite)}"}
     row["seconds"] = max(lasts) - stats["started"]
     row["per_s"] = delivered / row["seconds"]
+    # The healthy targets' requests in flight, on average: what the worker kept busy.
+    row["healthy_in_flight"] = sum(counts[t]["busy"] for t in healthy) / row["seconds"]
     if not outage:  # every target's deliveries, the measure before 2026-12-03
         every = [counts[t]["last"] for t in range(20) if counts[t]["last"]]
         row["all_per_s"] = sum(c["delivered"] for c in counts) / (max(every) - stats["started"])
