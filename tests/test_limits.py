@@ -492,3 +492,33 @@ def test_a_drain_waits_for_a_slot_held_elsewhere_instead_of_leaving_intents_behi
 def test_without_limits_the_same_intents_are_all_claimed():
     enqueue(["a", "a", "a"])
     assert len(Intent.objects.claim_many(10, now=at(60))) == 3
+
+
+def test_postgresql_limited_claims_plan_without_bitmap_scans_in_their_transaction_only(vendor):
+    """The lease index is partial on "running", so every claim and completion
+    leaves an entry in it until a vacuum. A bitmap scan never marks such entries
+    dead and visits all of them on each claim (a relay's: 13,000 entries, 6 ms);
+    the lock statement turns bitmaps off for the claim's transaction, so the
+    live leases are counted by a plain index scan, which marks them."""
+    if vendor != "postgresql":
+        pytest.skip("the bitmap scans are PostgreSQL's")
+    from django_intents.backends.pglimited import lock_key
+
+    enqueue([f"t{i % 3}" for i in range(30)])
+    with limits(per_target=2):
+        Intent.objects.claim_many(4, now=at(60))
+    filters = ClaimFilters(kinds=[HOOK], limits={HOOK: Limit(per_target=2)})
+    backend = Intent.objects._backend()
+    [(statement, params)] = backend.candidate_queries(now=at(61), limit=10, filters=filters)
+    params = [*params, *[None] * (statement.count("%s") - len(params))]
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(backend.sql_limit_lock_only, [[lock_key(HOOK)]])
+        cursor.execute("SHOW enable_bitmapscan")
+        assert cursor.fetchone()[0] == "off"
+        cursor.execute("EXPLAIN " + statement, params)
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "Bitmap" not in plan, plan
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW enable_bitmapscan")
+        assert cursor.fetchone()[0] == "on"
+    assert Counter(i.state for i in Intent.objects.all()) == {"pending": 26, "running": 4}
