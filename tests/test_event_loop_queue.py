@@ -85,6 +85,17 @@ def test_kinds_with_limits_are_claimed_ahead_only_for_what_frees_during_a_turn()
         assert (ahead_by == 8) if ahead else (1 <= ahead_by <= 2), limited
 
 
+def test_kinds_with_limits_get_the_full_queue_while_their_claims_hold_nothing_back():
+    clock = Clock()
+    slots = Demand(64, awaited=True, ahead=False, clock=clock)
+    returning(slots, clock, per_second=1000, seconds=1)
+    assert 1 <= slots.capacity() - 64 <= 2  # a turn's worth
+    slots.claimed(held_back=False)  # a claim found room for all it asked
+    assert slots.capacity() - 64 == 64  # a tenth of a second at 1000/s, capped at the slots
+    slots.claimed(held_back=True)  # a limit may have held an intent back
+    assert 1 <= slots.capacity() - 64 <= 2
+
+
 # -- the event loop itself, without a database ---------------------------------
 
 

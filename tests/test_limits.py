@@ -291,6 +291,46 @@ def test_postgresql_claims_plainly_while_there_is_room_and_exactly_when_short(ve
     assert Intent.objects.get(id=ids[2]).state == "pending"
 
 
+def test_postgresql_stays_plain_while_the_fullest_target_has_room_whatever_the_others_hold(
+    vendor,
+):
+    """The gate counts per target: four targets with two running each leave a
+    ``per_target`` of 4 room for a claim of 1, though eight leases run."""
+    if vendor != "postgresql":
+        pytest.skip("the plain claim with room is PostgreSQL's; elsewhere one claim counts")
+    ids = enqueue(["a", "b", "c", "d"] * 3)
+    with limits(per_target=4), CaptureQueriesContext(connection) as queries:
+        taken = [Intent.objects.claim_many(2, now=at(60 + i)) for i in range(4)]
+        assert running_per_target() == {"a": 2, "b": 2, "c": 2, "d": 2}
+        taken.append(Intent.objects.claim_many(1, now=at(65)))
+    claims = [q["sql"] for q in queries.captured_queries if "UPDATE" in q["sql"]]
+    assert len(claims) == 5
+    assert all("SELECT claimed.*, room.ok" in sql and "ranked AS" not in sql for sql in claims)
+    assert [i.id for claim in taken for i in claim] == ids[:9]
+    assert Counter(i.state for i in Intent.objects.all()) == {"running": 9, "pending": 3}
+
+
+def test_postgresql_claims_plainly_what_fits_when_a_claim_outgrows_a_wide_cap(vendor):
+    """A pool whose queue has just grown asks for more than the fullest target
+    leaves under a wide cap: with three quarters of it fitting, it takes what
+    fits plainly rather than claim exactly, and says it may have held some
+    back (it did not ask for them)."""
+    if vendor != "postgresql":
+        pytest.skip("the plain claim with room is PostgreSQL's; elsewhere one claim counts")
+    ids = enqueue(["a"] * 12)
+    with limits(per_target=8):
+        first = Intent.objects.claim_many(2, now=at(60))
+        with CaptureQueriesContext(connection) as queries:
+            second = Intent.objects.claim_many(8, now=at(61))  # 6 of 8 fit
+        third = Intent.objects.claim_many(8, now=at(62))
+    sql = " ".join(q["sql"] for q in queries.captured_queries)
+    assert sql.count("SELECT claimed.*, room.ok") == 2 and "ranked AS" not in sql
+    assert (len(first), len(second), len(third)) == (2, 6, 0)  # 2 + 6 = the cap of 8
+    assert second.held_back and third.held_back
+    assert [i.id for i in [*first, *second]] == ids[:8]
+    assert Counter(i.state for i in Intent.objects.all()) == {"running": 8, "pending": 4}
+
+
 EXPLAIN = {"postgresql": "EXPLAIN ", "mysql": "EXPLAIN ", "sqlite": "EXPLAIN QUERY PLAN "}
 
 
