@@ -104,8 +104,8 @@ class Demand:
             self._rate += weight * (self._returns / elapsed - self._rate)
         self._returns, self._mark = 0, now
 
-    def claimed(self, held_back: bool) -> None:
-        """Note whether the last claim may have held an intent back (``Claims.held_back``).
+    def claimed(self, bound: bool) -> None:
+        """Note whether a limit may have bound the last claim (``Claims.bound``).
 
         While the claims of kinds with ``LIMITS`` find room for all they ask,
         as under a ``per_target`` far above a partner's share, a claim queued
@@ -114,7 +114,7 @@ class Demand:
         flight under a ``per_target`` 64 that never bound delivered 13 % less
         than without it, its slots idle through each claim (docs/benchmarks.md).
         """
-        self._roomy = not held_back
+        self._roomy = not bound
 
     def wake_at(self, queued: int) -> float:
         """When the queue must be given back if no handler returns (``give_back_stalled``)."""

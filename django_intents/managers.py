@@ -191,7 +191,8 @@ class IntentManager(  # type: ignore[misc]
         ]
         if rescued and intents_rescued.has_listeners(self.model):
             _after_commit(backend, lambda: intents_rescued.send(sender=self.model, rescued=rescued))
-        return Claims([intent for intent, _ in claimed], held_back=claimed.held_back)
+        intents = [intent for intent, _ in claimed]
+        return Claims(intents, held_back=claimed.held_back, bound=claimed.bound)
 
     def has_due(
         self,

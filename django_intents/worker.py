@@ -289,7 +289,7 @@ class WorkerPool:
         )
         self._liveness.reached()
         floor.claimed(since, now, intents, free, held_back=intents.held_back)
-        group.demand.claimed(intents.held_back)
+        group.demand.claimed(intents.bound)
         if not intents:
             return self._drained_below(since)
         claims = [

@@ -90,9 +90,9 @@ def test_kinds_with_limits_get_the_full_queue_while_their_claims_hold_nothing_ba
     slots = Demand(64, awaited=True, ahead=False, clock=clock)
     returning(slots, clock, per_second=1000, seconds=1)
     assert 1 <= slots.capacity() - 64 <= 2  # a turn's worth
-    slots.claimed(held_back=False)  # a claim found room for all it asked
+    slots.claimed(bound=False)  # a claim found room for all it asked
     assert slots.capacity() - 64 == 64  # a tenth of a second at 1000/s, capped at the slots
-    slots.claimed(held_back=True)  # a limit may have held an intent back
+    slots.claimed(bound=True)  # a limit may have held an intent back
     assert 1 <= slots.capacity() - 64 <= 2
 
 

@@ -326,7 +326,8 @@ def test_postgresql_claims_plainly_what_fits_when_a_claim_outgrows_a_wide_cap(ve
     sql = " ".join(q["sql"] for q in queries.captured_queries)
     assert sql.count("SELECT claimed.*, room.ok") == 2 and "ranked AS" not in sql
     assert (len(first), len(second), len(third)) == (2, 6, 0)  # 2 + 6 = the cap of 8
-    assert second.held_back and third.held_back
+    assert second.held_back and not second.bound  # not asked for; no target near its cap
+    assert third.held_back and third.bound
     assert [i.id for i in [*first, *second]] == ids[:8]
     assert Counter(i.state for i in Intent.objects.all()) == {"running": 8, "pending": 4}
 

@@ -50,17 +50,24 @@ T = TypeVar("T")
 
 
 class Claims(list[T]):
-    """What a claim took, and whether a limit held back a due intent the claim passed.
+    """What a claim took, whether a due intent the claim passed stays behind, and
+    whether a limit was near enough to bind it.
 
     A pool raises its claim floor (``floor.py``) past the intents a claim
     walked only when none was held back: one that was must stay above the
     floor, so that it runs as soon as its slot frees. A claim that cannot
-    tell says ``held_back``.
+    tell says ``held_back``. ``bound`` (by default ``held_back``) tells the
+    pool's event loop whether a claim queued ahead could take a place an
+    intent waits for (``Demand.claimed``): not when a claim took fewer than
+    it asked only because it asked for more than a far cap left.
     """
 
-    def __init__(self, items: Sequence[T] = (), *, held_back: bool = False) -> None:
+    def __init__(
+        self, items: Sequence[T] = (), *, held_back: bool = False, bound: bool | None = None
+    ) -> None:
         super().__init__(items)
         self.held_back = held_back
+        self.bound = held_back if bound is None else bound
 
 
 def claim_order(intent: Intent) -> tuple[int, datetime, datetime, str]:

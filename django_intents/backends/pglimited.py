@@ -245,7 +245,9 @@ class LimitedClaims:
                 # under a cap far above its share. A plain claim of what fits
                 # costs half the exact one, and the claims after it stay plain.
                 fewer = self.claim_limited(now=now, limit=spare, filters=filters, tail=tail)
-                return Claims(fewer, held_back=True)  # the rest was not asked for
+                # The rest was not asked for: held back for the floor, but no
+                # target was near its cap.
+                return Claims(fewer, held_back=True, bound=fewer.bound)
             self._tight[key] = time.monotonic() + TIGHT_FOR
         return self.claim_exactly(now=now, limit=limit, filters=filters, tail=tail)
 
