@@ -4,9 +4,9 @@ The locks serialise the limited claims of a kind across every pool; the
 statement, run after them in the same transaction (one round trip, see
 ``pgcursors.one_round_trip``), sees every claim committed before they were
 granted. While the kinds are far from their caps it is the plain claim behind
-one count of the live leases; near them, the exact one, which counts the live
-leases per target and per kind and claims in order only what still fits
-(``limits.py`` says the rule; the portable version is ``limited.py``).
+a count of the live leases per target; near them, the exact one, which counts
+the live leases per target and per kind and claims in order only what still
+fits (``limits.py`` says the rule; the portable version is ``limited.py``).
 """
 
 from __future__ import annotations
@@ -186,9 +186,7 @@ class LimitedClaims:
     ) -> list[tuple[str, list[Any]]]:
         """The limited claim, of every branch or of priority 0 alone; its parameters
         end before the token salt, the lease end, the update time and the limit."""
-        kinds = sorted(filters.limits)
-        per_target = [filters.limits[kind].per_target for kind in kinds]
-        running = [filters.limits[kind].running for kind in kinds]
+        kinds, per_target, running = caps_of(filters)
         fetch = min(limit * EXTRA, limit + MAX_EXTRA_ROWS, MAX_LIMIT)
         capped = any(cap is not None for cap in running)
         if zero:  # one branch: its parameters as branched() gives the branch of priority 0
@@ -220,9 +218,11 @@ class LimitedClaims:
         claim is a plain one gated by those counts (``sql_roomy_claim``), half
         the cost of the exact one, and it says that it held nothing back
         (``Claims``). Its priorities are as
-        ``PostgreSQLBackend.claim_by_priority``'s. A claim that finds too
-        little room takes the exact statement, and so do the claims of the
-        next ``TIGHT_FOR`` seconds, rather than trying the plain one first.
+        ``PostgreSQLBackend.claim_by_priority``'s. A claim three quarters of
+        which fit claims plainly what fits (``Claims.bound`` false: no target
+        was near its cap). One that finds less room takes the exact
+        statement, and so do the claims of the next ``TIGHT_FOR`` seconds,
+        rather than trying the plain one first.
         """
         key = ("limited", *sorted(filters.limits))
         heard = self._heard
@@ -307,9 +307,7 @@ class LimitedClaims:
     ) -> tuple[str, list[Any]]:
         """``sql_roomy_claim`` (or ``_zero``) and its parameters, less the token salt,
         the lease end and the update time."""
-        kinds = sorted(filters.limits)
-        per_target = [filters.limits[kind].per_target for kind in kinds]
-        running = [filters.limits[kind].running for kind in kinds]
+        kinds, per_target, running = caps_of(filters)
         gate = [limit, smallest(per_target), smallest(running), self.dt(now), kinds]
         if zero:
             template = self.sql_roomy_claim_zero
@@ -321,6 +319,13 @@ class LimitedClaims:
             self.sql_roomy_claim, now=now, filters=filters, tail=[limit]
         )
         return statement, [*gate, *params, limit]
+
+
+def caps_of(filters: ClaimFilters) -> tuple[list[str], list[int | None], list[int | None]]:
+    """The limited kinds in order, with their ``per_target`` and ``running`` caps."""
+    kinds = sorted(filters.limits)
+    limits = [filters.limits[kind] for kind in kinds]
+    return kinds, [c.per_target for c in limits], [c.running for c in limits]
 
 
 def smallest(caps: list[int | None]) -> int:
