@@ -94,7 +94,7 @@ def queue() -> dict[str, str]:
             "replication",
             "invoice-9-created",
             2,
-            claim_until=now + timedelta(seconds=20),
+            claim_until=now + timedelta(minutes=10),  # outlives a slow browser start in CI
             **running,
         ),
         "completed": put("webhook", "order-1040-paid", 40, state="completed", attempts=1),
