@@ -243,6 +243,7 @@ class ClaimGroup:
     awaited: bool
     demand: Demand
     floor: ClaimFloor = field(default_factory=ClaimFloor)
+    limited: bool = False  # one of its kinds has LIMITS: its claims complete results first
 
 
 def claim_groups(
@@ -267,7 +268,8 @@ def claim_groups(
     groups = []
     for a in (False, True):
         group = [kind for kind in sorted(handlers) if (kind in awaited) is a]
-        ahead = not a or not any(kind in limited for kind in group)
+        bound = any(kind in limited for kind in group)
         size = concurrency if a else workers
-        groups.append(ClaimGroup(group, a, Demand(size, lease=lease, awaited=a, ahead=ahead)))
+        demand = Demand(size, lease=lease, awaited=a, ahead=not a or not bound)
+        groups.append(ClaimGroup(group, a, demand, limited=bound))
     return groups

@@ -148,27 +148,32 @@ class IntentManager(  # type: ignore[misc]
         lease: float | timedelta | None = None,
         kinds: Iterable[str] | None = None,
         since: datetime | None = None,
+        complete: Iterable[tuple[str, str]] = (),
     ) -> Claims[Intent]:
         """Claim up to ``limit`` due intents in claim order, in one transaction.
 
-        ``since`` leaves out intents whose ``next_at`` is earlier. A pool passes
-        it so that its claims start where the live rows start instead of
-        stepping over the index entries that finished rows leave behind until
-        PostgreSQL's VACUUM removes them (docs/workers.md, "claim floor").
+        ``since`` leaves out intents whose ``next_at`` is earlier: a pool's
+        claims start where the live rows start, not at the finished rows'
+        index entries that VACUUM has yet to remove (docs/workers.md).
         With ``MAX_ATTEMPTS``, cancelling expired leases that used their last
         attempt is left to a claim without ``since``: one statement fewer on
         most of a pool's claims, and such a lease is never claimed meanwhile.
         The list's ``held_back`` says whether ``LIMITS`` may have held back a
         due intent the claim passed, which keeps a pool's floor where it is.
+        ``complete``: up to ``INSERT_BATCH`` ``(id, claim_token)`` pairs to
+        complete first, as ``complete_many`` does (the ids completed are the
+        list's ``completed``): a pool's finished claims, so that their places
+        under ``LIMITS`` are free for this claim, in its round trip on PostgreSQL.
         """
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise ValueError(f"limit must be a positive integer, not {limit!r}")
+        pairs = validation.claims(complete, "complete", most=INSERT_BATCH)
         now = now_or(now, self._alias())
         until = later(now, validation.lease(lease, get_settings().lease), "lease")
         settings = get_settings()
         filters = _filters(kinds, since, settings.max_attempts)
         if filters.kinds == []:
-            return Claims()
+            return Claims(completed=self.complete_many(pairs, now=now))
         # Every claim applies the limits (SPEC §10): a pool's, and this one's for a caller.
         filters = replace(filters, limits=applying(settings.limits, filters.kinds))
         backend = self._backend()
@@ -182,7 +187,10 @@ class IntentManager(  # type: ignore[misc]
                 now=now, max_attempts=filters.max_attempts, kinds=filters.kinds, error=error
             )
             self._announce(states.State.CANCELLED, cancelled, backend)
-        claimed = backend.claim(now=now, until=until, limit=min(limit, MAX_LIMIT), filters=filters)
+        claimed = backend.claim(
+            now=now, until=until, limit=min(limit, MAX_LIMIT), filters=filters, complete=pairs
+        )
+        self._announce(states.State.COMPLETED, [kind for _, kind in claimed.completed], backend)
         self._announce(states.State.RUNNING, [intent.kind for intent, _ in claimed], backend)
         rescued = [
             (intent.kind, (now - lease_end).total_seconds())
@@ -191,8 +199,13 @@ class IntentManager(  # type: ignore[misc]
         ]
         if rescued and intents_rescued.has_listeners(self.model):
             _after_commit(backend, lambda: intents_rescued.send(sender=self.model, rescued=rescued))
-        intents = [intent for intent, _ in claimed]
-        return Claims(intents, held_back=claimed.held_back, bound=claimed.bound)
+        done = {id for id, _ in claimed.completed}
+        return Claims(
+            [intent for intent, _ in claimed],
+            held_back=claimed.held_back,
+            bound=claimed.bound,
+            completed=[id for id, _ in pairs if id in done],
+        )
 
     def has_due(
         self,
@@ -241,14 +254,10 @@ class IntentManager(  # type: ignore[misc]
     ) -> list[str]:
         """Complete every ``(id, claim_token)`` claim still held; return the ids completed.
 
-        The batch form of ``complete`` for workers that finish many intents at
-        once: one statement per ``INSERT_BATCH`` pairs instead of one per
-        intent, each fenced exactly as ``complete`` is, so a pair whose claim
-        was lost is left alone and missing from the result.
+        One statement per ``INSERT_BATCH`` pairs, each fenced as ``complete``
+        is: a pair whose claim was lost is left alone, missing from the result.
         """
-        if isinstance(pairs, str | bytes):
-            raise TypeError("pairs must be an iterable of (id, claim_token) pairs")
-        checked = list(dict.fromkeys((check_id(id), validation.token(t)) for id, t in pairs))
+        checked = validation.claims(pairs, "pairs")
         if not checked:  # nothing to write: no query, not even the clock's
             if now is not None:
                 aware("now", now)

@@ -100,6 +100,16 @@ def token(value: Any) -> str:
     return value
 
 
+def claims(value: Any, name: str, most: int | None = None) -> list[tuple[str, str]]:
+    """``(id, claim_token)`` pairs, each checked, each once; at most ``most`` of them."""
+    if isinstance(value, str | bytes):
+        raise TypeError(f"{name} must be an iterable of (id, claim_token) pairs")
+    pairs = list(dict.fromkeys((check_id(id), token(t)) for id, t in value))
+    if most is not None and len(pairs) > most:
+        raise ValueError(f"{name} takes at most {most} pairs, not {len(pairs)}")
+    return pairs
+
+
 def check_json(value: Any, path: str) -> Any:
     """Refuse what would not read back exactly: only JSON's own types are stored."""
     if value is None or isinstance(value, bool | int):

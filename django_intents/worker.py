@@ -48,6 +48,7 @@ from .models import Intent
 from .outage import Outage, cause_text, reuse_connection
 from .recorder import Recorder
 from .shutdown import Shutdown
+from .signals import Outcome
 from .startup import log_start
 from .validation import check_pool
 from .wakeup import Alarm, Waker, start_waker
@@ -284,9 +285,13 @@ class WorkerPool:
             if not due:
                 floor.seen(since, now, None)
                 return self._drained_below(since)
-        intents = self._manager.claim_many(
-            free, now=now, lease=self._lease, kinds=group.kinds, since=since
+        intents, completed = self._recorder.claiming(
+            lambda done: self._manager.claim_many(
+                free, now=now, lease=self._lease, kinds=group.kinds, since=since, complete=done
+            ),
+            ride=group.limited,
         )
+        self._settle(completed)
         self._liveness.reached()
         floor.claimed(since, now, intents, free, held_back=intents.held_back)
         group.demand.claimed(intents.bound)
@@ -347,10 +352,13 @@ class WorkerPool:
     def _record(self, *, wait: float | None = None) -> None:
         """Record the results handed back (``recorder.py``); with ``wait``, all of them."""
         recorder = self._recorder
-        outcomes = recorder.record() if wait is None else recorder.finish(wait)
+        self._settle(recorder.record() if wait is None else recorder.finish(wait))
+        self._liveness.reached()
+
+    def _settle(self, outcomes: list[tuple[Claim, Outcome]]) -> None:
+        """Let go of the claims whose results are recorded."""
         if outcomes:
             self._write_outage.over()
-        self._liveness.reached()
         for claim, outcome in outcomes:
             self._leases.drop(claim)
             self._housekeeping.count(outcome)

@@ -49,8 +49,7 @@ ACTIVE = f"(state = '{PENDING}' OR state = '{RUNNING}')"
 DUE = f"{ACTIVE} AND next_at <= %s AND NOT (state = '{RUNNING}' AND claim_until > %s)"
 CLAIM_ORDER = "ORDER BY next_at, created_at, id"
 FENCE = f"WHERE id = %s AND state = '{RUNNING}' AND claim_token = %s"
-# PostgreSQL's notification channels: new due work, and new due work of another
-# priority than 0 (postgresql.py, claim_by_priority); the LISTEN side is wakeup.py.
+# PostgreSQL's channels: new due work, and of another priority than 0 (wakeup.py).
 NOTIFY_CHANNEL, PRIORITY_CHANNEL = "django_intents", "django_intents_priority"
 # The largest LIMIT that SQLite, PostgreSQL and MariaDB all accept.
 MAX_LIMIT = 2**63 - 1
@@ -72,15 +71,11 @@ class Backend:
     claim_hint = by_id = ""
     # What a batch of transitions locks its running rows with (``finish_many``).
     lock_running = ""
-    # Set by each vendor: the insert that ignores known ids and returns kinds
-    # (``{rows}``: the VALUES groups), the statement that finds due rows, and
-    # the server's wall clock in UTC, not fixed within a transaction (clock.py),
-    # and what wakes idle pools for kinds made due (PostgreSQL's NOTIFY).
+    # Set by each vendor: the insert that ignores known ids and returns kinds, the
+    # due rows, the server's clock in UTC (clock.py), the NOTIFY of kinds made due.
     sql_insert = sql_claim = sql_probe = sql_clock = sql_notify_kinds = ""
-    # What leaves paused kinds out of every claim and due probe, inside the
-    # claim's own statement: no query of its own, and the claim keeps its index
-    # (the subquery of the small paused table is materialised once, or, on
-    # MariaDB's expired-lease branch, a primary key lookup per row it reads).
+    # Leaves paused kinds out of every claim and due probe, inside the claim's own
+    # statement: no query of its own, and the claim keeps its index.
     sql_not_paused = " AND kind NOT IN (SELECT kind FROM {paused})"
     sql_pause = "INSERT INTO {paused} (kind, paused_at) VALUES (%s, %s) ON CONFLICT DO NOTHING"
 
@@ -169,21 +164,30 @@ class Backend:
     # -- claim -------------------------------------------------------------------
 
     def claim(
-        self, *, now: datetime, until: datetime, limit: int, filters: ClaimFilters
+        self,
+        *,
+        now: datetime,
+        until: datetime,
+        limit: int,
+        filters: ClaimFilters,
+        complete: list[tuple[str, str]] | None = None,
     ) -> Claims[Claimed]:
-        """Claim up to ``limit`` due intents, in claim order, in one transaction.
-
-        By default the due rows are selected (``claim_queries``), then updated
-        by primary key, in one write transaction (``write_transaction``) that
-        makes the pair atomic against other claimers. A claim of a kind with
-        ``LIMITS`` takes the path of ``limited.py``.
+        """Complete ``complete`` (``claims.Riders``), then claim up to ``limit``
+        due intents in claim order, in one transaction. By default the due
+        rows are selected (``claim_queries``), then updated by primary key, in
+        one write transaction (``write_transaction``) that makes the pair
+        atomic against other claimers. ``LIMITS`` take ``limited.py``'s path.
         """
+        completed = self.complete_many(complete, now=now) if complete else []
         if filters.limits:
-            return limited_claim(self, now=now, until=until, limit=limit, filters=filters)
-        with self.write_transaction(), self.cursor() as cursor:
-            rows = self.due_rows(cursor, self.claim_queries(now=now, limit=limit, filters=filters))
-            intents = sorted(hydrate(self, rows), key=claim_order)[:limit]
-            return Claims(self.take(cursor, intents, now=now, until=until))
+            claims = limited_claim(self, now=now, until=until, limit=limit, filters=filters)
+        else:
+            with self.write_transaction(), self.cursor() as cursor:
+                queries = self.claim_queries(now=now, limit=limit, filters=filters)
+                intents = sorted(hydrate(self, self.due_rows(cursor, queries)), key=claim_order)
+                claims = Claims(self.take(cursor, intents[:limit], now=now, until=until))
+        claims.completed = completed
+        return claims
 
     def due_rows(self, cursor: Any, queries: list[tuple[str, list[Any]]]) -> list[Any]:
         rows: list[Any] = []

@@ -60,14 +60,41 @@ class Claims(list[T]):
     pool's event loop whether a claim queued ahead could take a place an
     intent waits for (``Demand.claimed``): not when a claim took fewer than
     it asked only because it asked for more than a far cap left.
+    ``completed`` lists the claims given to complete first (``Riders``)
+    that were still held and are now completed.
     """
 
     def __init__(
-        self, items: Sequence[T] = (), *, held_back: bool = False, bound: bool | None = None
+        self,
+        items: Sequence[T] = (),
+        *,
+        held_back: bool = False,
+        bound: bool | None = None,
+        completed: Sequence[Any] = (),
     ) -> None:
         super().__init__(items)
         self.held_back = held_back
         self.bound = held_back if bound is None else bound
+        self.completed = list(completed)
+
+
+@dataclass
+class Riders:
+    """Claims to complete in the transaction of a claim, before it takes anything.
+
+    A pool's finished claims hold their target's place under ``LIMITS``
+    until their result is written. Written by the recorder's thread, that
+    was some 8 ms after the handler returned, and the next claim could not
+    use the place before its own round trip after that; completed by the
+    claim itself (PostgreSQL: one more statement in the claim's one round
+    trip), the place is free for the claim that follows the return.
+    ``done`` holds ``(id, kind)`` of each completed, once ``sent``.
+    """
+
+    pairs: list[tuple[str, str]]
+    at: Any = None  # the completion time, as the backend's driver takes it
+    done: list[tuple[str, str]] = field(default_factory=list)
+    sent: bool = False
 
 
 def claim_order(intent: Intent) -> tuple[int, datetime, datetime, str]:

@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from .base import DUE, PENDING, RUNNING
-from .claims import BRANCHES, FLOOR, ClaimFilters, Claims, branch_parts, branch_union
+from .claims import BRANCHES, FLOOR, ClaimFilters, Claims, Riders, branch_parts, branch_union
 from .limited import EXTRA, MAX_EXTRA_ROWS, MAX_LIMIT
 
 if TYPE_CHECKING:
@@ -209,6 +209,7 @@ class LimitedClaims:
         limit: int,
         filters: ClaimFilters,
         tail: list[Any],
+        riders: Riders | None = None,
     ) -> Claims[Any]:
         """Lock the kinds, then claim: plainly while they have room, else exactly.
 
@@ -229,7 +230,7 @@ class LimitedClaims:
         if time.monotonic() >= self._tight.get(key, 0.0):
             zero = filters.since is not None and not self._others_due.get(key, True)
             statement, params = self.roomy_query(now=now, limit=limit, filters=filters, zero=zero)
-            found, _ = self.locked(statement, [*params, *tail], filters=filters)
+            found, _ = self.locked(statement, [*params, *tail], filters=filters, riders=riders)
             if found[0][-2]:  # room for the whole claim
                 rows = [row[:-2] for row in found if row[0] is not None]
                 if not zero:
@@ -249,7 +250,7 @@ class LimitedClaims:
                 # target was near its cap.
                 return Claims(fewer, held_back=True, bound=fewer.bound)
             self._tight[key] = time.monotonic() + TIGHT_FOR
-        return self.claim_exactly(now=now, limit=limit, filters=filters, tail=tail)
+        return self.claim_exactly(now=now, limit=limit, filters=filters, tail=tail, riders=riders)
 
     def claim_exactly(
         self: PostgreSQLBackend,
@@ -258,6 +259,7 @@ class LimitedClaims:
         limit: int,
         filters: ClaimFilters,
         tail: list[Any],
+        riders: Riders | None = None,
     ) -> Claims[Any]:
         """The exact limited claim (``sql_limited_claim``), of priority 0 alone while
         no other is due.
@@ -275,7 +277,7 @@ class LimitedClaims:
         )
         lock = (self.sql_limit_lock, [*[self.dt(now), sorted(filters.limits)] * 2])
         rows, (_, others, _) = self.locked(
-            statement, [*params, *tail, limit], filters=filters, lock=lock
+            statement, [*params, *tail, limit], filters=filters, lock=lock, riders=riders
         )
         priority = self.columns.index("priority")
         self.settle_others(key, heard, others or any(row[priority] != 0 for row in rows))
@@ -291,15 +293,27 @@ class LimitedClaims:
         *,
         filters: ClaimFilters,
         lock: tuple[str, list[Any]] | None = None,
+        riders: Riders | None = None,
     ) -> tuple[list[Any], Any]:
         """``statement`` run after the kinds' advisory locks, in one transaction and one
-        round trip (``one_round_trip``): its rows, and the lock statement's one row."""
+        round trip (``one_round_trip``): its rows, and the lock statement's one row.
+
+        The first of a claim's statements completes its ``riders`` before the
+        locks, so that the places they held are free for the claim (the live
+        leases it counts are read after them, in the same transaction).
+        """
         lock_statement, lock_params = lock or (self.sql_limit_lock_only, [])
         keys = sorted(lock_key(kind) for kind in filters.limits)
-        with self.cursor() as locks, self.cursor() as cursor:
+        riding = riders if riders is not None and riders.pairs and not riders.sent else None
+        with self.cursor() as done, self.cursor() as locks, self.cursor() as cursor:
             with self.one_round_trip():
+                if riding is not None:
+                    ids, tokens = (list(column) for column in zip(*riding.pairs, strict=True))
+                    done.execute(self.sql_complete_many, [riding.at, ids, tokens])
                 locks.execute(lock_statement, [*lock_params, keys])
                 cursor.execute(statement, params)
+            if riding is not None:
+                riding.done, riding.sent = [(row[0], row[1]) for row in done.fetchall()], True
             return cursor.fetchall(), locks.fetchone()
 
     def roomy_query(

@@ -25,7 +25,16 @@ from .base import (
     Finished,
     claim_order,
 )
-from .claims import BRANCHES, FLOOR, Claimed, ClaimFilters, Claims, branch_parts, branch_union
+from .claims import (
+    BRANCHES,
+    FLOOR,
+    Claimed,
+    ClaimFilters,
+    Claims,
+    Riders,
+    branch_parts,
+    branch_union,
+)
 from .pgcursors import ServerBoundCursors
 from .pglimited import LimitedClaims
 from .rows import hydrate, to_values
@@ -223,12 +232,24 @@ class PostgreSQLBackend(LimitedClaims, ServerBoundCursors, Backend):
         return [(statement, [*params, limit])]
 
     def claim(
-        self, *, now: datetime, until: datetime, limit: int, filters: ClaimFilters
+        self,
+        *,
+        now: datetime,
+        until: datetime,
+        limit: int,
+        filters: ClaimFilters,
+        complete: list[tuple[str, str]] | None = None,
     ) -> Claims[Claimed]:
+        """A limited claim completes ``complete`` in its own round trip (``locked``)."""
         tail = [_salt(), self.dt(until), self.dt(now)]
+        riders = Riders(complete or [], at=self.dt(now))
         if filters.limits:
-            rows = self.claim_limited(now=now, limit=limit, filters=filters, tail=tail)
+            rows = self.claim_limited(
+                now=now, limit=limit, filters=filters, tail=tail, riders=riders
+            )
         else:
+            if riders.pairs:
+                riders.done, riders.sent = self.complete_many(riders.pairs, now=now), True
             rows = Claims(self.claim_by_priority(now=now, limit=limit, filters=filters, tail=tail))
         width = len(self.columns)
         intents = hydrate(self, [row[:width] for row in rows])
@@ -237,7 +258,7 @@ class PostgreSQLBackend(LimitedClaims, ServerBoundCursors, Backend):
             for intent, row in zip(intents, rows, strict=True)
         ]
         claimed.sort(key=lambda pair: claim_order(pair[0]))
-        return Claims(claimed, held_back=rows.held_back, bound=rows.bound)
+        return Claims(claimed, held_back=rows.held_back, bound=rows.bound, completed=riders.done)
 
     def claim_by_priority(
         self, *, now: datetime, limit: int, filters: ClaimFilters, tail: list[Any]
