@@ -75,8 +75,10 @@ class Recorder:
         self._wake = wake
         self._waiting: list[Claim] = []
         # Successes of kinds with LIMITS, for the claim of this turn to complete
-        # (``claiming``): handed back since the last ``record``, and before it.
+        # (``claiming``): handed back since the last ``record``, and before it;
+        # only while the last such claim found a limit near (``Claims.bound``).
         self._limited = frozenset(get_settings().limits)
+        self._riding = True
         self._fresh: list[Claim] = []
         self._riders: list[Claim] = []
         self._in_flight: list[Claim] | None = None  # the batch the writer thread has
@@ -110,7 +112,7 @@ class Recorder:
                 log.info("%s: result dropped, the claim was lost", claim.name)
             return Outcome.FENCED
         limited = claim.intent.kind in self._limited
-        rides = limited and self.threaded and claim.outcome is Outcome.SUCCESS
+        rides = limited and self._riding and self.threaded and claim.outcome is Outcome.SUCCESS
         (self._fresh if rides else self._waiting).append(claim)
         return None
 
@@ -153,7 +155,11 @@ class Recorder:
         longer than its delivery. Completed by the claim (``claims.Riders``),
         the place is free for that very claim. A pool with a writer thread
         only (``threaded``); the successes of a turn whose claims do not take
-        them, or fail, go to the writer in the next turn.
+        them, or fail, go to the writer in the next turn. While the claims
+        find room for all they ask (not ``bound``), no place is short, and the
+        writer takes the successes at once, beside the claim: completed in
+        it, they would lengthen the loop's turn (a no-op drain under a
+        ``LIMITS`` that never binds lost a tenth of its rate).
         """
         riders = self._take_riders() if ride else []
         try:
@@ -161,6 +167,8 @@ class Recorder:
         except BaseException:
             self._waiting = riders + self._waiting
             raise
+        if ride:
+            self._riding = claimed.bound
         completed = set(claimed.completed)
         results = []
         for rider in riders:

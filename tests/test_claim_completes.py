@@ -137,9 +137,9 @@ def succeeded(intent: Intent) -> Claim:
     return Claim(intent, Attempt(intent), handler=print, outcome=Outcome.SUCCESS)
 
 
-def claim_with(recorder: Recorder, *, now: float, ride: bool = True) -> list[Intent]:
+def claim_with(recorder: Recorder, *, now: float, limit: int = 5) -> list[Intent]:
     claimed, results = recorder.claiming(
-        lambda done: Intent.objects.claim_many(5, now=at(now), complete=done), ride=ride
+        lambda done: Intent.objects.claim_many(limit, now=at(now), complete=done), ride=True
     )
     assert all(outcome is Outcome.SUCCESS for _, outcome in results)
     return list(claimed)
@@ -204,3 +204,27 @@ def test_only_successes_of_kinds_with_limits_ride_failures_go_to_the_writer():
         [(_, outcome)] = recorder.record()
     assert outcome is Outcome.ERROR
     assert row(running.id).state == "pending"
+
+
+def test_while_claims_find_room_for_all_they_ask_successes_go_straight_to_the_writer():
+    """A limit that never binds: completing in the claim would only lengthen the turn."""
+    with limits(per_target=100):
+        first, second, third = enqueue(["a", "a", "a"])
+        recorder = Recorder(Intent.objects, max_attempts=None, threaded=True, wake=lambda: None)
+        [running] = claim_with(recorder, now=60, limit=1)  # room for all it asked: not bound
+        assert running.id == first
+        recorder.add(succeeded(running))
+        given: list[list[tuple[str, str]]] = []
+
+        def claim(done: list[tuple[str, str]]) -> Claims[Intent]:
+            given.append(done)
+            return Intent.objects.claim_many(1, now=at(61), complete=done)
+
+        recorder.claiming(claim, ride=True)
+        recorder.threaded = False  # write here what the writer thread would have
+        [(_, outcome)] = recorder.record()
+    assert given == [[]]
+    assert outcome is Outcome.SUCCESS
+    assert row(first).state == "completed"
+    assert row(second).state == "running"
+    assert row(third).state == "pending"
