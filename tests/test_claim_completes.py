@@ -137,6 +137,14 @@ def succeeded(intent: Intent) -> Claim:
     return Claim(intent, Attempt(intent), handler=print, outcome=Outcome.SUCCESS)
 
 
+def handed_back(success: Intent) -> Recorder:
+    """A pool's recorder (with a writer thread) after a turn that took ``success`` back."""
+    recorder = Recorder(Intent.objects, max_attempts=None, threaded=True, wake=lambda: None)
+    assert recorder.add(succeeded(success)) is None
+    assert recorder.record() == []  # kept for the claim: nothing for the writer
+    return recorder
+
+
 def claim_with(recorder: Recorder, *, now: float, limit: int = 5) -> list[Intent]:
     claimed, results = recorder.claiming(
         lambda done: Intent.objects.claim_many(limit, now=at(now), complete=done), ride=True
@@ -148,9 +156,7 @@ def claim_with(recorder: Recorder, *, now: float, limit: int = 5) -> list[Intent
 def test_the_pool_hands_a_turns_successes_of_limited_kinds_to_its_next_claim():
     with limits(per_target=1):
         running, second = one_running_one_held()
-        recorder = Recorder(Intent.objects, max_attempts=None, threaded=True, wake=lambda: None)
-        assert recorder.add(succeeded(running)) is None
-        assert recorder.record() == []  # kept for the claim: nothing for the writer
+        recorder = handed_back(running)
         assert len(recorder) == 1
         claimed = claim_with(recorder, now=62)
     assert [i.id for i in claimed] == [second]
@@ -161,9 +167,7 @@ def test_the_pool_hands_a_turns_successes_of_limited_kinds_to_its_next_claim():
 def test_a_claim_that_fails_leaves_the_successes_to_the_writer_and_none_is_lost():
     with limits(per_target=1):
         running, second = one_running_one_held()
-        recorder = Recorder(Intent.objects, max_attempts=None, threaded=True, wake=lambda: None)
-        recorder.add(succeeded(running))
-        recorder.record()
+        recorder = handed_back(running)
 
         def broken(done: list[tuple[str, str]]) -> None:
             assert done == [(running.id, running.claim_token)]
@@ -183,9 +187,7 @@ def test_a_claim_that_fails_leaves_the_successes_to_the_writer_and_none_is_lost(
 def test_successes_a_turn_did_not_claim_with_go_to_the_writer_next_turn():
     with limits(per_target=1):
         running, _ = one_running_one_held()
-        recorder = Recorder(Intent.objects, max_attempts=None, threaded=True, wake=lambda: None)
-        recorder.add(succeeded(running))
-        recorder.record()
+        recorder = handed_back(running)
         given: list[list[tuple[str, str]]] = []
         recorder.claiming(lambda done: given.append(done) or Claims(), ride=False)
         assert given == [[]]  # an unlimited group's claim: nothing to complete
@@ -193,6 +195,24 @@ def test_successes_a_turn_did_not_claim_with_go_to_the_writer_next_turn():
         [(_, outcome)] = recorder.record()
     assert outcome is Outcome.SUCCESS
     assert row(running.id).state == "completed"
+
+
+def test_a_success_whose_claim_was_lost_meanwhile_is_dropped_and_its_row_left_alone():
+    with limits(per_target=1):
+        running, second = one_running_one_held()
+        recorder = handed_back(running)
+        assert Intent.objects.cancel(running.id)  # an operator, while the result waited
+        claimed, results = recorder.claiming(
+            lambda done: Intent.objects.claim_many(5, now=at(62), complete=done), ride=True
+        )
+    assert [(claim.intent.id, outcome) for claim, outcome in results] == [
+        (running.id, Outcome.FENCED)
+    ]
+    assert claimed.completed == []
+    assert [i.id for i in claimed] == [second]
+    lost = row(running.id)
+    assert (lost.state, lost.claim_token) == ("cancelled", "")
+    assert len(recorder) == 0
 
 
 def test_only_successes_of_kinds_with_limits_ride_failures_go_to_the_writer():
