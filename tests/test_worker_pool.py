@@ -540,7 +540,8 @@ def test_a_stop_releases_a_queued_claim_without_running_it(background):
     assert row(first).state == Intent.State.COMPLETED
 
 
-def test_a_queued_claim_lost_while_it_waited_is_not_run(background, finished):
+def test_a_queued_claim_lost_while_it_waited_is_not_run(background, finished, caplog):
+    caplog.set_level(logging.WARNING, logger="django_intents")
     gate = threading.Event()
     started: list[str] = []
 
@@ -554,9 +555,21 @@ def test_a_queued_claim_lost_while_it_waited_is_not_run(background, finished):
     job = background(pool(handlers, workers=1, lease=1.5, renew=0.3))
     wait_for(lambda: started and running() == 2, "one claim running, one queued")
     assert Intent.objects.cancel(second)  # an operator cancels the queued one
-    time.sleep(0.8)  # the loop's next renewal finds the claim gone
+    wait_for(
+        lambda: f"{second[:12]} (attempt 1): claim lost" in caplog.text,
+        "the loop's next renewal to find the queued claim gone",
+    )
     gate.set()
-    wait_for(lambda: row(first).state == Intent.State.COMPLETED, "the first to complete")
+
+    def fenced() -> bool:
+        return any(s["outcome"] == "fenced" for s in finished if s["kind"] == "p.block")
+
+    # The worker thread hands the lost claim back after the first's result:
+    # wait for both, or a stop could come between them.
+    wait_for(
+        lambda: row(first).state == Intent.State.COMPLETED and fenced(),
+        "the first to complete and the second to be handed back unrun",
+    )
     assert job.finish() == 0
     assert started == ["p.block-0"]
     assert row(second).state == Intent.State.CANCELLED
