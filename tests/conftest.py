@@ -137,11 +137,12 @@ def vendor() -> str:
 @pytest.fixture(autouse=True)
 def unlearned() -> None:
     """PostgreSQL's backend, built once per process, learns from each claim which
-    statement the next should run (``_others_due``, ``_tight``): without the
-    listener a pool has, what one test's claims taught it would steer the
-    next test's. Each test starts from nothing learned."""
+    statement the next should run (``_others_due``, ``_tight``) and where its
+    walk starts (``_held_heads``): without the listener a pool has, what one
+    test's claims taught it would steer the next test's. Each test starts
+    from nothing learned."""
     backend = backend_for(connection, Intent)
-    for learned in ("_others_due", "_tight"):
+    for learned in ("_others_due", "_tight", "_held_heads"):
         getattr(backend, learned, {}).clear()
 
 

@@ -310,11 +310,15 @@ def test_every_claim_statement_fits_psycopgs_cache_of_converted_queries(vendor):
     tail = ["salt", at(30), at(1)]
     statements = [
         backend.claim_queries(now=at(1), limit=8, filters=worst)[0],
-        backend.candidate_queries(
-            now=at(1),
-            limit=8,
-            filters=ClaimFilters(kinds=kinds, since=T0, max_attempts=5, limits=limits),
-        )[0],
+        *[
+            backend.candidate_queries(
+                now=at(1),
+                limit=8,
+                filters=ClaimFilters(kinds=kinds, since=T0, max_attempts=5, limits=limits),
+                zero=zero,
+            )[0]
+            for zero in (False, True)
+        ],
         *[
             backend.roomy_query(
                 now=at(1),

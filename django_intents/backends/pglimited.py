@@ -16,6 +16,7 @@ import time
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from . import heldhead
 from .base import DUE, PENDING, RUNNING
 from .claims import BRANCHES, FLOOR, ClaimFilters, Claims, Riders, branch_parts, branch_union
 from .limited import EXTRA, MAX_EXTRA_ROWS, MAX_LIMIT
@@ -107,21 +108,36 @@ class LimitedClaims:
             f"RETURNING {returned}, chosen.was, chosen.lease_end"
         )
 
-        def claim(parts: list[str], union: str) -> dict[bool, str]:
+        def claim(parts: list[str], union: str, skip: str = "") -> dict[bool, str]:
             """The statement by whether a kind of the claim has a ``running`` cap."""
             caps = "SELECT u.*, caps.per_target, caps.running"
             start = (
-                f"{head}{', '.join(parts)}, due AS ({caps} FROM ({union}) AS u "
+                f"{head}{skip}{', '.join(parts)}, due AS ({caps} FROM ({union}) AS u "
                 f"LEFT JOIN caps USING (kind)), {ranked}"
             )
             return {True: start + by_kind + update, False: start + by_target + update}
 
+        def told(statement: str) -> str:
+            """The claim, then what it learnt of the held-back head (``heldhead.INFO``)."""
+            ctes, claim_update = statement.rsplit(" UPDATE ", 1)
+            return (
+                f"{ctes}, claimed AS (UPDATE {claim_update}) SELECT claimed.*, {heldhead.INFO} "
+                f"FROM {heldhead.INFO_FROM} LEFT JOIN claimed ON true"
+            )
+
         self.sql_limited_claim = claim(due, branch_union(BRANCHES))
-        zero = due[BRANCHES.index(ZERO)]
-        self.sql_limited_claim_zero = claim(
-            [zero[: zero.index(" LIMIT ")] + " LIMIT %s FOR UPDATE OF t SKIP LOCKED)"],
-            branch_union([ZERO]),
-        )
+        # Priority 0 alone walks from past the held-back head (``heldhead.py``).
+        zero = due[BRANCHES.index(ZERO)].replace(FLOOR, heldhead.FROM_HEAD)
+        skip = heldhead.CTES.replace("{table}", table)
+        skip = skip.replace("{due}", f"{DUE} AND {ZERO.where}{{filters}}")
+        self.sql_limited_claim_zero = {
+            capped: told(statement)
+            for capped, statement in claim(
+                [zero[: zero.index(" LIMIT ")] + " LIMIT %s FOR UPDATE OF t SKIP LOCKED)"],
+                branch_union([ZERO]),
+                skip,
+            ).items()
+        }
         # The claim while the limited kinds have room for the whole claim
         # (``claim_limited``): a plain claim, of every branch or of priority 0
         # alone, each branch gated by the kinds' live leases, which the final
@@ -189,13 +205,16 @@ class LimitedClaims:
         kinds, per_target, running = caps_of(filters)
         fetch = min(limit * EXTRA, limit + MAX_EXTRA_ROWS, MAX_LIMIT)
         capped = any(cap is not None for cap in running)
-        if zero:  # one branch: its parameters as branched() gives the branch of priority 0
+        if zero:  # the held-back head's, then the branch of priority 0's, floored by the head
             where, filter_params = self.filters(filters, paused=False)
-            floor, floor_params = self.floor(filters)
             statement = self.sql_limited_claim_zero[capped].replace("{filters}", where)
-            statement = statement.replace(FLOOR, floor)
             at = self.dt(now)
-            params = [at, at, *filter_params, *floor_params, fetch]
+            levels = self.held_head(filters)
+            params = [
+                *heldhead.parameters(levels, filters.since, self.dt),
+                *[at, at, *filter_params] * 2,
+                fetch,
+            ]
         else:
             statement, params = self.branched(
                 self.sql_limited_claim[capped], now=now, filters=filters, tail=[fetch], paused=False
@@ -279,6 +298,11 @@ class LimitedClaims:
         rows, (_, others, _) = self.locked(
             statement, [*params, *tail, limit], filters=filters, lock=lock, riders=riders
         )
+        if zero:
+            width = heldhead.INFO_COLUMNS
+            levels = heldhead.advanced(self.held_head(filters), tuple(rows[0][-width:]))
+            self._held_heads[key] = levels
+            rows = [row[:-width] for row in rows if row[0] is not None]
         priority = self.columns.index("priority")
         self.settle_others(key, heard, others or any(row[priority] != 0 for row in rows))
         if zero and others and len(rows) < limit:
@@ -315,6 +339,13 @@ class LimitedClaims:
             if riding is not None:
                 riding.done, riding.sent = [(row[0], row[1]) for row in done.fetchall()], True
             return cursor.fetchall(), locks.fetchone()
+
+    def held_head(self: PostgreSQLBackend, filters: ClaimFilters) -> list[heldhead.Level]:
+        """The held-back head a claim above the floor starts past; a full claim
+        (no floor) walks from the start and makes it anew."""
+        if filters.since is None:
+            return []
+        return self._held_heads.get(("limited", *sorted(filters.limits)), [])
 
     def roomy_query(
         self: PostgreSQLBackend, *, now: datetime, limit: int, filters: ClaimFilters, zero: bool

@@ -35,6 +35,7 @@ from .claims import (
     branch_parts,
     branch_union,
 )
+from .heldhead import Level
 from .pgcursors import ServerBoundCursors
 from .pglimited import LimitedClaims
 from .rows import hydrate, to_values
@@ -133,6 +134,8 @@ class PostgreSQLBackend(LimitedClaims, ServerBoundCursors, Backend):
         self._heard = 0
         # Per limited kinds: until when they claim exactly (``claim_limited``).
         self._tight: dict[tuple[str, ...], float] = {}
+        # Per limited kinds: the held-back head their exact claim starts past.
+        self._held_heads: dict[tuple[str, ...], list[Level]] = {}
         self.build_limited(returned)
         # Arrays keep the statement text the same whatever the batch size.
         # The batches test the state as "(t.state = 'running') IS TRUE": from a
