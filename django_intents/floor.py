@@ -25,7 +25,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .backends.claims import Claims
 
 FULL_SCAN_EVERY = 1.0  # seconds between claims that walk the whole claim index
 SLACK = timedelta(seconds=2)  # how late a new intent may commit and still be claimed in order
@@ -57,13 +60,7 @@ class ClaimFloor:
         self._full_scan_at = 0.0
 
     def claimed(
-        self,
-        since: datetime | None,
-        now: datetime,
-        intents: list[Any],
-        limit: int,
-        *,
-        held_back: bool = False,
+        self, since: datetime | None, now: datetime, intents: Claims[Any], limit: int
     ) -> None:
         """Record a claim of up to ``limit`` made at ``now`` with ``since``.
 
@@ -73,15 +70,20 @@ class ClaimFloor:
         walked them. Then it says nothing about the floor.
 
         A claim that ``LIMITS`` may have held back from an intent it walked
-        leaves the floor where it is: that intent must stay above the floor
-        to run as soon as its slot frees. A floored claim walked nothing below
-        the floor, so the floor still holds; a full one may have been held
-        back from an intent below it, so the pool scans fully until a claim
-        holds nothing back.
+        (``intents.held_back``) leaves the floor where it is: that intent
+        must stay above the floor to run as soon as its slot frees. A floored
+        claim walked nothing below the floor, so the floor still holds. A
+        full one may have been held back from an intent below it: it sets the
+        floor to the first due intent it saw, held back or not, when it knows
+        it (``Claims.oldest_due``: PostgreSQL's exact claim), and otherwise
+        the pool scans fully until a claim holds nothing back.
         """
-        if held_back:
+        if intents.held_back:
             if since is None:
-                self._floor = None
+                if intents.oldest_due is None:
+                    self._floor = None
+                else:
+                    self.seen(None, now, intents.oldest_due)
             return
         zero = [intent.next_at for intent in intents if intent.priority == 0]
         if zero:

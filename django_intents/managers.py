@@ -205,6 +205,7 @@ class IntentManager(  # type: ignore[misc]
             held_back=claimed.held_back,
             bound=claimed.bound,
             completed=[id for id, _ in pairs if id in done],
+            oldest_due=claimed.oldest_due,
         )
 
     def has_due(

@@ -293,7 +293,7 @@ class WorkerPool:
         )
         self._settle(completed)
         self._liveness.reached()
-        floor.claimed(since, now, intents, free, held_back=intents.held_back)
+        floor.claimed(since, now, intents, free)
         group.demand.claimed(intents.bound)
         if not intents:
             return self._drained_below(since)

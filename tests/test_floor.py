@@ -13,7 +13,8 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from django_intents.floor import ClaimFloor
+from django_intents.backends.claims import Claims
+from django_intents.floor import SLACK, ClaimFloor
 from django_intents.models import Intent
 
 from .conftest import T0, at, enqueue, row, snapshot
@@ -130,17 +131,34 @@ class TestClaimFloor:
         floor, _ = self.make()
         floor.seen(None, at(10), at(5))
         intents = [Intent(next_at=at(7), priority=0)]
-        floor.claimed(at(5), at(10.5), intents, 1, held_back=True)
+        floor.claimed(at(5), at(10.5), Claims(intents, held_back=True), 1)
         assert floor.since() == at(5)
-        floor.claimed(at(5), at(10.6), intents, 1)
+        floor.claimed(at(5), at(10.6), Claims(intents), 1)
         assert floor.since() == at(7)
 
     def test_a_full_claim_a_limit_held_back_keeps_the_pool_scanning_fully(self):
         floor, clock = self.make()
         floor.seen(None, at(10), at(5))
         clock.now += 1.5
-        floor.claimed(None, at(11), [Intent(next_at=at(8), priority=0)], 1, held_back=True)
+        claimed = [Intent(next_at=at(8), priority=0)]
+        floor.claimed(None, at(11), Claims(claimed, held_back=True), 1)
         # What was held back may lie below any floor: scan fully until a claim holds nothing back.
         assert floor.since() is None
-        floor.claimed(None, at(11.1), [Intent(next_at=at(8), priority=0)], 1)
+        floor.claimed(None, at(11.1), Claims(claimed), 1)
         assert floor.since() == at(8)
+
+    def test_a_full_claim_that_knows_the_first_due_intent_floors_the_pool_there(self):
+        floor, clock = self.make()
+        floor.seen(None, at(10), at(5))
+        clock.now += 1.5
+        claimed = [Intent(next_at=at(8), priority=0)]
+        # PostgreSQL's exact claim: a dead partner's intent at(2) heads the queue, held back.
+        floor.claimed(None, at(11), Claims(claimed, held_back=True, oldest_due=at(2)), 1)
+        assert floor.since() == at(2)  # below every held-back intent, so none is lost
+        clock.now += 0.5
+        assert floor.since() == at(2)  # and the claims stay floored until the next full scan
+        clock.now += 0.6
+        assert floor.since() is None
+        # Nothing due at all: as a full claim that found nothing.
+        floor.claimed(None, at(12), Claims([], held_back=True, oldest_due=at(12)), 1)
+        assert floor.since() == at(12) - SLACK

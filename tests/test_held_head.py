@@ -185,6 +185,27 @@ def test_postgresql_drops_the_head_when_its_target_frees_a_place(capped, vendor)
     assert [level.target for level in backend()._held_heads[KEY]] == [DEAD]
 
 
+def test_postgresql_a_full_claim_says_where_the_first_due_intent_is(capped, vendor):
+    """So that the pool's floor rises to it (``ClaimFloor.claimed``), not to nothing:
+    the first due intent, or a running one before it, whose lease may expire."""
+    postgresql_only(vendor)
+    dead, live = dead_backlog()
+    exact()
+    taken = Intent.objects.claim_many(1, now=at(61), kinds=[HOOK], lease=600)
+    assert [i.id for i in taken] == live[:1]
+    # dead[0], running: should its lease expire, it is due again in its old place.
+    assert taken.held_back and taken.oldest_due == at(0)
+    exact()
+    floored = Intent.objects.claim_many(1, now=at(62), kinds=[HOOK], since=FLOOR, lease=600)
+    assert floored.held_back and floored.oldest_due is None  # it did not look below the floor
+    for intent in Intent.objects.filter(state="running"):
+        assert Intent.objects.complete(intent.id, intent.claim_token, now=at(63))
+    Intent.objects.filter(state="pending").delete()
+    exact()
+    nothing = Intent.objects.claim_many(1, now=at(64), kinds=[HOOK], lease=600)
+    assert list(nothing) == [] and nothing.oldest_due == at(64)
+
+
 def test_postgresql_claims_the_same_with_and_without_the_remembered_head(vendor):
     """A random relay: partners go down and come back, intents arrive, finish
     and are cancelled. Before each claim, the same claim without the
@@ -234,25 +255,25 @@ def level(n: int, target: str) -> Level:
 def test_a_claims_answer_moves_the_top_level_and_pushes_a_full_target():
     stack = [level(1, "a"), level(2, "b")]
     head = (at(5), at(5), "id5", HOOK, "c")
-    assert advanced(stack, (2, *head, False)) == [level(1, "a"), Level(head[:3], HOOK, "b")]
-    assert advanced(stack, (2, *head, True)) == [
+    assert advanced(stack, (2, *head, False, None)) == [level(1, "a"), Level(head[:3], HOOK, "b")]
+    assert advanced(stack, (2, *head, True, None)) == [
         level(1, "a"),
         Level(head[:3], HOOK, "b"),
         Level(head[:3], HOOK, "c"),
     ]
     # "b" has room again: the levels from it up are dropped.
-    assert advanced(stack, (1, *head, True)) == [
+    assert advanced(stack, (1, *head, True, None)) == [
         Level(head[:3], HOOK, "a"),
         Level(head[:3], HOOK, "c"),
     ]
     # Nothing due outside the stack's targets: its positions still hold.
-    assert advanced(stack, (2, None, None, None, None, None, None)) == stack
+    assert advanced(stack, (2, None, None, None, None, None, None, None)) == stack
     assert stack == [level(1, "a"), level(2, "b")]  # the answer is a new list
 
 
 def test_a_stack_never_names_more_than_its_limit_of_targets():
     stack = [level(n, f"t{n}") for n in range(MAX_LEVELS)]
     head = (at(99), at(99), "id99", HOOK, "more")
-    grown = advanced(stack, (MAX_LEVELS, *head, True))
+    grown = advanced(stack, (MAX_LEVELS, *head, True, None))
     assert len(grown) == MAX_LEVELS
     assert grown[-1] == Level(head[:3], HOOK, f"t{MAX_LEVELS - 1}")

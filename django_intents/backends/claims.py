@@ -61,7 +61,11 @@ class Claims(list[T]):
     intent waits for (``Demand.claimed``): not when a claim took fewer than
     it asked only because it asked for more than a far cap left.
     ``completed`` lists the claims given to complete first (``Riders``)
-    that were still held and are now completed.
+    that were still held and are now completed. ``oldest_due``, when a
+    claim without a floor knows it, is the ``next_at`` of the first due
+    intent of priority 0, held back or not (the claim's ``now`` when none
+    was due): no held-back intent lies below it, so the pool's floor may
+    rise to it (``ClaimFloor.claimed``).
     """
 
     def __init__(
@@ -71,11 +75,13 @@ class Claims(list[T]):
         held_back: bool = False,
         bound: bool | None = None,
         completed: Sequence[Any] = (),
+        oldest_due: datetime | None = None,
     ) -> None:
         super().__init__(items)
         self.held_back = held_back
         self.bound = held_back if bound is None else bound
         self.completed = list(completed)
+        self.oldest_due = oldest_due
 
 
 @dataclass

@@ -36,41 +36,45 @@ from typing import Any
 
 MAX_LEVELS = 8  # targets a stack names at most: each costs a test per probed row
 # The claim's columns after its rows: the stack levels still valid, the
-# probed head's key and target, and whether that target has room.
-INFO_COLUMNS = 7
+# probed head's key and target, whether that target is full, and the
+# oldest ``next_at`` among the live leases (``live.since``).
+INFO_COLUMNS = 8
 
 # After the claim's ``full_targets`` and ``full_kinds``; ``{due}`` is the due
-# test of priority 0 with the claim's filters. ``head`` is the first due
-# intent at or after the start that no valid level names; the walk of
-# priority 0 starts there.
+# test of priority 0 with the claim's filters. ``lv``: the levels, each valid
+# while it and every level below name full targets; ``kp``: the valid ones;
+# ``st``: where the walk may start, the last valid level or the floor;
+# ``hd``: the head, the first due intent from there that no valid level names.
+# The walk of priority 0 starts at the head. (Short names: the statement must
+# stay under psycopg's 4,096 bytes, see ``LimitedClaims.build_limited``.)
 CTES = (
     "lv AS MATERIALIZED (SELECT l.*, bool_and(l.shut) OVER (ORDER BY l.n) AS valid FROM "
     "(SELECT l.*, ((l.kind, l.target) IN (SELECT kind, target FROM full_targets) "
     "OR l.kind IN (SELECT kind FROM full_kinds)) AS shut FROM unnest(%s::timestamptz[], "
     "%s::timestamptz[], %s::text[], %s::text[], %s::text[]) WITH ORDINALITY "
     "AS l(at, created, id, kind, target, n)) AS l), "
-    "kept AS MATERIALIZED (SELECT * FROM lv WHERE valid), "
-    "start AS MATERIALIZED (SELECT * FROM (SELECT at, created, id FROM kept UNION ALL "
+    "kp AS MATERIALIZED (SELECT * FROM lv WHERE valid), "
+    "st AS MATERIALIZED (SELECT * FROM (SELECT at, created, id FROM kp UNION ALL "
     "SELECT COALESCE(%s::timestamptz, '-infinity'), '-infinity', '') AS s "
     "ORDER BY at DESC, created DESC, id DESC LIMIT 1), "
-    "head AS MATERIALIZED (SELECT t.next_at, t.created_at, t.id, t.kind, t.target "
+    "hd AS MATERIALIZED (SELECT t.next_at, t.created_at, t.id, t.kind, t.target "
     "FROM {table} AS t WHERE {due} AND (t.next_at, t.created_at, t.id) >= ((SELECT at FROM "
-    "start), (SELECT created FROM start), (SELECT id FROM start)) AND (t.kind, t.target) "
-    "NOT IN (SELECT kind, target FROM kept) ORDER BY next_at, created_at, id LIMIT 1), "
+    "st), (SELECT created FROM st), (SELECT id FROM st)) AND (t.kind, t.target) "
+    "NOT IN (SELECT kind, target FROM kp) ORDER BY next_at, created_at, id LIMIT 1), "
 )
 # The walk of priority 0, where the floor went.
 FROM_HEAD = (
-    " AND (t.next_at, t.created_at, t.id) >= ((SELECT next_at FROM head), "
-    "(SELECT created_at FROM head), (SELECT id FROM head))"
+    " AND (t.next_at, t.created_at, t.id) >= ((SELECT next_at FROM hd), "
+    "(SELECT created_at FROM hd), (SELECT id FROM hd))"
 )
 # The columns of INFO_COLUMNS, from a one-row join that has them even when
 # the claim took nothing.
 INFO = (
-    "(SELECT count(*) FROM kept), head.next_at, head.created_at, head.id, head.kind, "
-    "head.target, (head.kind, head.target) IN (SELECT kind, target FROM full_targets) "
-    "OR head.kind IN (SELECT kind FROM full_kinds)"
+    "(SELECT count(*) FROM kp), hd.next_at, hd.created_at, hd.id, hd.kind, "
+    "hd.target, (hd.kind, hd.target) IN (SELECT kind, target FROM full_targets) "
+    "OR hd.kind IN (SELECT kind FROM full_kinds), (SELECT min(since) FROM live)"
 )
-INFO_FROM = "(SELECT 1) AS one LEFT JOIN head ON true"
+INFO_FROM = "(SELECT 1) AS one LEFT JOIN hd ON true"
 
 
 @dataclass(frozen=True)
@@ -97,7 +101,7 @@ def parameters(levels: list[Level], floor: datetime | None, dt: Any) -> list[Any
 
 def advanced(levels: list[Level], info: tuple[Any, ...]) -> list[Level]:
     """The stack after a claim that answered ``info`` (``INFO``)."""
-    valid, at, created, id, kind, target, full = info  # noqa: A001 - the column's name
+    valid, at, created, id, kind, target, full, _ = info  # noqa: A001 - the column's name
     kept = levels[:valid]
     if at is None:  # nothing due outside the stack's targets: its positions still hold
         return kept

@@ -73,7 +73,8 @@ class LimitedClaims:
             f"{{order}} LIMIT {{room}} FOR UPDATE OF t SKIP LOCKED)"
         )
         head = (
-            f"WITH live AS MATERIALIZED (SELECT kind, target, count(*) AS n FROM {table} "
+            f"WITH live AS MATERIALIZED (SELECT kind, target, count(*) AS n, "
+            f"min(next_at) AS since FROM {table} "
             f"WHERE state = '{RUNNING}' AND claim_until > %s AND kind = ANY (%s::text[]) "
             f"GROUP BY kind, target), "
             f"caps AS MATERIALIZED (SELECT * FROM unnest(%s::text[], %s::bigint[], %s::bigint[]) "
@@ -298,17 +299,22 @@ class LimitedClaims:
         rows, (_, others, _) = self.locked(
             statement, [*params, *tail, limit], filters=filters, lock=lock, riders=riders
         )
+        oldest_due = None
         if zero:
             width = heldhead.INFO_COLUMNS
-            levels = heldhead.advanced(self.held_head(filters), tuple(rows[0][-width:]))
-            self._held_heads[key] = levels
+            info = tuple(rows[0][-width:])
+            self._held_heads[key] = heldhead.advanced(self.held_head(filters), info)
             rows = [row[:-width] for row in rows if row[0] is not None]
+            if filters.since is None:
+                # Its head is the first due intent of priority 0; a live lease
+                # that expires makes its intent due again, in its old place.
+                oldest_due = min(at for at in (info[1], info[-1], now) if at is not None)
         priority = self.columns.index("priority")
         self.settle_others(key, heard, others or any(row[priority] != 0 for row in rows))
         if zero and others and len(rows) < limit:
             rest = self.claim_exactly(now=now, limit=limit - len(rows), filters=filters, tail=tail)
             rows += rest
-        return Claims(rows, held_back=True)
+        return Claims(rows, held_back=True, oldest_due=oldest_due)
 
     def locked(
         self: PostgreSQLBackend,
