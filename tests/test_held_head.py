@@ -28,7 +28,7 @@ from django_intents.limits import Limit
 from django_intents.models import Intent
 
 from .conftest import at
-from .test_limits import HOOK, enqueue, kinds, limits  # noqa: F401 - an autouse fixture
+from .test_limits import FREE, HOOK, enqueue, kinds, limits  # noqa: F401 - an autouse fixture
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -68,6 +68,12 @@ def dead_backlog() -> tuple[list[str], list[str]]:
     live = enqueue([f"https://p{i % 3}.example/" for i in range(30)], start=20)
     assert {i.id for i in claim(2, 60, since=None)} == set(dead[:2])
     return dead, live
+
+
+def stack() -> list[Level]:
+    """The head the claims of the hook kind remember (one pool's, one entry)."""
+    [levels] = [v for k, v in backend()._held_heads.items() if k[1] == (HOOK,)] or [[]]
+    return levels
 
 
 def pending_of(target: str) -> int:
@@ -162,7 +168,7 @@ def test_postgresql_reads_a_dead_partners_backlog_once_not_on_every_claim(capped
     assert rows_read_past(filters, 61) >= 10  # nothing remembered: the walk reads them all
     claim(1, 61)
     claim(1, 62)
-    [level] = backend()._held_heads[KEY]
+    [level] = stack()
     assert (level.kind, level.target) == (HOOK, DEAD)
     # The walk starts where the last claim found its first live intent.
     assert level.key[2] == live[1]
@@ -175,14 +181,29 @@ def test_postgresql_drops_the_head_when_its_target_frees_a_place(capped, vendor)
     dead, live = dead_backlog()
     claim(1, 61)
     claim(1, 62)
-    assert backend()._held_heads[KEY]
+    assert stack()
     gone = Intent.objects.get(id=dead[1])
     assert Intent.objects.complete(gone.id, gone.claim_token, now=at(63))
     [first] = claim(1, 64)
     assert first.id == dead[2]
     # Full again: the next claim starts from the floor and finds the head anew.
     claim(1, 65)
-    assert [level.target for level in backend()._held_heads[KEY]] == [DEAD]
+    assert [level.target for level in stack()] == [DEAD]
+
+
+def test_postgresql_keeps_a_head_apart_for_each_set_of_kinds_claimed(capped, vendor):
+    """The hook kind's claims walk past a free intent before their head; a claim
+    of both kinds must not start at that head."""
+    postgresql_only(vendor)
+    free = Intent.objects.enqueue(FREE, "free", "https://p9.example/", now=at(5))
+    dead, live = dead_backlog()
+    claim(1, 61)
+    claim(1, 62)
+    assert stack()[0].key[2] == live[1]  # past the free intent at(5)
+    exact()
+    both = Intent.objects.claim_many(1, now=at(63), kinds=[HOOK, FREE], since=FLOOR, lease=600)
+    assert [i.id for i in both] == [free]
+    assert pending_of(DEAD) == 10
 
 
 def test_postgresql_a_full_claim_says_where_the_first_due_intent_is(capped, vendor):
@@ -232,15 +253,16 @@ def test_postgresql_claims_the_same_with_and_without_the_remembered_head(vendor)
                     Intent.objects.cancel(chance.choice(pending), now=at(clock))
             clock += 1
             n = chance.randint(1, 4)
-            remembered = list(b._held_heads.get(KEY, []))
+            remembered = dict(b._held_heads)
             with transaction.atomic():
-                b._held_heads[KEY] = []
+                b._held_heads.clear()
                 without = [i.id for i in claim(n, clock)]
                 transaction.set_rollback(True)
-            b._held_heads[KEY] = remembered
+            b._held_heads.clear()
+            b._held_heads.update(remembered)
             with_head = [i.id for i in claim(n, clock)]
             assert with_head == without, f"step {step}: the remembered head changed the claim"
-            assert len(b._held_heads.get(KEY, [])) <= MAX_LEVELS
+            assert len(stack()) <= MAX_LEVELS
     states = Counter(Intent.objects.values_list("state", flat=True))
     assert states["running"] <= 7 and sum(states.values()) >= 40
 

@@ -32,7 +32,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .claims import ClaimFilters
 
 MAX_LEVELS = 8  # targets a stack names at most: each costs a test per probed row
 # The claim's columns after its rows: the stack levels still valid, the
@@ -85,6 +88,16 @@ class Level:
     key: tuple[datetime, datetime, str]  # next_at, created_at, id: claim order
     kind: str
     target: str
+
+
+def key_of(filters: ClaimFilters) -> tuple[Any, ...]:
+    """The claims a remembered head serves: those that walk the same rows.
+
+    A head found by a claim of some kinds says nothing of the intents of
+    other kinds before it, nor of expired leases that an attempt cap left
+    out."""
+    kinds = None if filters.kinds is None else tuple(sorted(filters.kinds))
+    return (tuple(sorted(filters.limits)), kinds, filters.max_attempts)
 
 
 def parameters(levels: list[Level], floor: datetime | None, dt: Any) -> list[Any]:

@@ -303,7 +303,8 @@ class LimitedClaims:
         if zero:
             width = heldhead.INFO_COLUMNS
             info = tuple(rows[0][-width:])
-            self._held_heads[key] = heldhead.advanced(self.held_head(filters), info)
+            levels = heldhead.advanced(self.held_head(filters), info)
+            self._held_heads[heldhead.key_of(filters)] = levels
             rows = [row[:-width] for row in rows if row[0] is not None]
             if filters.since is None:
                 # Its head is the first due intent of priority 0; a live lease
@@ -351,7 +352,7 @@ class LimitedClaims:
         (no floor) walks from the start and makes it anew."""
         if filters.since is None:
             return []
-        return self._held_heads.get(("limited", *sorted(filters.limits)), [])
+        return self._held_heads.get(heldhead.key_of(filters), [])
 
     def roomy_query(
         self: PostgreSQLBackend, *, now: datetime, limit: int, filters: ClaimFilters, zero: bool

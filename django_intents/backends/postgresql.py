@@ -135,7 +135,7 @@ class PostgreSQLBackend(LimitedClaims, ServerBoundCursors, Backend):
         # Per limited kinds: until when they claim exactly (``claim_limited``).
         self._tight: dict[tuple[str, ...], float] = {}
         # Per limited kinds: the held-back head their exact claim starts past.
-        self._held_heads: dict[tuple[str, ...], list[Level]] = {}
+        self._held_heads: dict[tuple[Any, ...], list[Level]] = {}
         self.build_limited(returned)
         # Arrays keep the statement text the same whatever the batch size.
         # The batches test the state as "(t.state = 'running') IS TRUE": from a
