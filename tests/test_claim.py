@@ -314,10 +314,11 @@ def test_every_claim_statement_fits_psycopgs_cache_of_converted_queries(vendor):
             backend.candidate_queries(
                 now=at(1),
                 limit=8,
-                filters=ClaimFilters(kinds=kinds, since=T0, max_attempts=5, limits=limits),
+                filters=ClaimFilters(kinds=kinds, since=since, max_attempts=5, limits=limits),
                 zero=zero,
             )[0]
             for zero in (False, True)
+            for since in (T0, None)  # None: a full claim, which looks for the held-back head
         ],
         *[
             backend.roomy_query(

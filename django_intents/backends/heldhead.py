@@ -80,6 +80,15 @@ INFO = (
 INFO_FROM = "(SELECT 1) AS one LEFT JOIN hd ON true"
 
 
+def told(statement: str) -> str:
+    """A claim ending in its ``UPDATE``, made to answer ``INFO`` after its rows."""
+    ctes, claim_update = statement.rsplit(" UPDATE ", 1)
+    return (
+        f"{ctes}, claimed AS (UPDATE {claim_update}) SELECT claimed.*, {INFO} "
+        f"FROM {INFO_FROM} LEFT JOIN claimed ON true"
+    )
+
+
 @dataclass(frozen=True)
 class Level:
     """Every due intent of priority 0 before ``key`` is of this level's target or

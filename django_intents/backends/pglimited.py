@@ -118,25 +118,18 @@ class LimitedClaims:
             )
             return {True: start + by_kind + update, False: start + by_target + update}
 
-        def told(statement: str) -> str:
-            """The claim, then what it learnt of the held-back head (``heldhead.INFO``)."""
-            ctes, claim_update = statement.rsplit(" UPDATE ", 1)
-            return (
-                f"{ctes}, claimed AS (UPDATE {claim_update}) SELECT claimed.*, {heldhead.INFO} "
-                f"FROM {heldhead.INFO_FROM} LEFT JOIN claimed ON true"
-            )
-
         self.sql_limited_claim = claim(due, branch_union(BRANCHES))
-        # Priority 0 alone walks from past the held-back head (``heldhead.py``).
-        zero = due[BRANCHES.index(ZERO)].replace(FLOOR, heldhead.FROM_HEAD)
+        zero = due[BRANCHES.index(ZERO)]
+        zero = zero[: zero.index(" LIMIT ")] + " LIMIT %s FOR UPDATE OF t SKIP LOCKED)"
+        self.sql_limited_claim_zero = claim([zero], branch_union([ZERO]))
+        # From past the held-back head (``heldhead.py``): found by full claims, kept by
+        # floored ones while it holds. Its probe costs 2 ms of planning: others go without.
         skip = heldhead.CTES.replace("{table}", table)
         skip = skip.replace("{due}", f"{DUE} AND {ZERO.where}{{filters}}")
-        self.sql_limited_claim_zero = {
-            capped: told(statement)
+        self.sql_limited_claim_head = {
+            capped: heldhead.told(statement)
             for capped, statement in claim(
-                [zero[: zero.index(" LIMIT ")] + " LIMIT %s FOR UPDATE OF t SKIP LOCKED)"],
-                branch_union([ZERO]),
-                skip,
+                [zero.replace(FLOOR, heldhead.FROM_HEAD)], branch_union([ZERO]), skip
             ).items()
         }
         # The claim while the limited kinds have room for the whole claim
@@ -206,16 +199,21 @@ class LimitedClaims:
         kinds, per_target, running = caps_of(filters)
         fetch = min(limit * EXTRA, limit + MAX_EXTRA_ROWS, MAX_LIMIT)
         capped = any(cap is not None for cap in running)
-        if zero:  # the held-back head's, then the branch of priority 0's, floored by the head
-            where, filter_params = self.filters(filters, paused=False)
-            statement = self.sql_limited_claim_zero[capped].replace("{filters}", where)
-            at = self.dt(now)
+        where, filter_params = self.filters(filters, paused=False)
+        at = self.dt(now)
+        if zero and self.probes(filters):  # the held-back head's, then priority 0 from it
+            statement = self.sql_limited_claim_head[capped].replace("{filters}", where)
             levels = self.held_head(filters)
             params = [
                 *heldhead.parameters(levels, filters.since, self.dt),
                 *[at, at, *filter_params] * 2,
                 fetch,
             ]
+        elif zero:  # one branch: its parameters as branched() gives the branch of priority 0
+            floor, floor_params = self.floor(filters)
+            statement = self.sql_limited_claim_zero[capped].replace("{filters}", where)
+            statement = statement.replace(FLOOR, floor)
+            params = [at, at, *filter_params, *floor_params, fetch]
         else:
             statement, params = self.branched(
                 self.sql_limited_claim[capped], now=now, filters=filters, tail=[fetch], paused=False
@@ -292,6 +290,7 @@ class LimitedClaims:
         key = ("limited", *sorted(filters.limits))
         heard = self._heard
         zero = not self._others_due.get(key, True)
+        probed = zero and self.probes(filters)
         [(statement, params)] = self.candidate_queries(
             now=now, limit=limit, filters=filters, zero=zero
         )
@@ -300,7 +299,7 @@ class LimitedClaims:
             statement, [*params, *tail, limit], filters=filters, lock=lock, riders=riders
         )
         oldest_due = None
-        if zero:
+        if probed:
             width = heldhead.INFO_COLUMNS
             info = tuple(rows[0][-width:])
             levels = heldhead.advanced(self.held_head(filters), info)
@@ -346,6 +345,11 @@ class LimitedClaims:
             if riding is not None:
                 riding.done, riding.sent = [(row[0], row[1]) for row in done.fetchall()], True
             return cursor.fetchall(), locks.fetchone()
+
+    def probes(self: PostgreSQLBackend, filters: ClaimFilters) -> bool:
+        """Whether an exact claim of priority 0 looks for the held-back head: a full
+        claim does, to find it; one above the floor, to keep one it remembers."""
+        return filters.since is None or bool(self.held_head(filters))
 
     def held_head(self: PostgreSQLBackend, filters: ClaimFilters) -> list[heldhead.Level]:
         """The held-back head a claim above the floor starts past; a full claim
