@@ -200,13 +200,8 @@ class IntentManager(  # type: ignore[misc]
         if rescued and intents_rescued.has_listeners(self.model):
             _after_commit(backend, lambda: intents_rescued.send(sender=self.model, rescued=rescued))
         done = {id for id, _ in claimed.completed}
-        return Claims(
-            [intent for intent, _ in claimed],
-            held_back=claimed.held_back,
-            bound=claimed.bound,
-            completed=[id for id, _ in pairs if id in done],
-            oldest_due=claimed.oldest_due,
-        )
+        completed = [id for id, _ in pairs if id in done]
+        return claimed.carrying([intent for intent, _ in claimed], completed=completed)
 
     def has_due(
         self,

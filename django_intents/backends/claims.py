@@ -83,6 +83,11 @@ class Claims(list[T]):
         self.completed = list(completed)
         self.oldest_due = oldest_due
 
+    def carrying(self, items: Sequence[Any], *, completed: Sequence[Any]) -> Claims[Any]:
+        """``items`` (this claim's, as another type) with what this claim says of itself."""
+        flags = {"held_back": self.held_back, "bound": self.bound, "oldest_due": self.oldest_due}
+        return Claims(items, completed=completed, **flags)
+
 
 @dataclass
 class Riders:

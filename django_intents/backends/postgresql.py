@@ -261,13 +261,7 @@ class PostgreSQLBackend(LimitedClaims, ServerBoundCursors, Backend):
             for intent, row in zip(intents, rows, strict=True)
         ]
         claimed.sort(key=lambda pair: claim_order(pair[0]))
-        return Claims(
-            claimed,
-            held_back=rows.held_back,
-            bound=rows.bound,
-            completed=riders.done,
-            oldest_due=rows.oldest_due,
-        )
+        return rows.carrying(claimed, completed=riders.done)
 
     def claim_by_priority(
         self, *, now: datetime, limit: int, filters: ClaimFilters, tail: list[Any]
