@@ -123,7 +123,7 @@ class LimitedClaims:
         zero = zero[: zero.index(" LIMIT ")] + " LIMIT %s FOR UPDATE OF t SKIP LOCKED)"
         self.sql_limited_claim_zero = claim([zero], branch_union([ZERO]))
         # From past the held-back head (``heldhead.py``): found by full claims, kept by
-        # floored ones while it holds. Its probe costs 2 ms of planning: others go without.
+        # floored ones while it holds. Its probe costs 3 ms to plan: others go without.
         skip = heldhead.CTES.replace("{table}", table)
         skip = skip.replace("{due}", f"{DUE} AND {ZERO.where}{{filters}}")
         self.sql_limited_claim_head = {

@@ -134,7 +134,7 @@ class PostgreSQLBackend(LimitedClaims, ServerBoundCursors, Backend):
         self._heard = 0
         # Per limited kinds: until when they claim exactly (``claim_limited``).
         self._tight: dict[tuple[str, ...], float] = {}
-        # Per limited kinds: the held-back head their exact claim starts past.
+        # Per claim (``heldhead.key_of``): the held-back head an exact claim starts past.
         self._held_heads: dict[tuple[Any, ...], list[Level]] = {}
         self.build_limited(returned)
         # Arrays keep the statement text the same whatever the batch size.
