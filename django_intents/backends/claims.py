@@ -85,8 +85,10 @@ class Claims(list[T]):
 
     def carrying(self, items: Sequence[Any], *, completed: Sequence[Any]) -> Claims[Any]:
         """``items`` (this claim's, as another type) with what this claim says of itself."""
-        flags = {"held_back": self.held_back, "bound": self.bound, "oldest_due": self.oldest_due}
-        return Claims(items, completed=completed, **flags)
+        held_back, bound, oldest_due = self.held_back, self.bound, self.oldest_due
+        return Claims(
+            items, held_back=held_back, bound=bound, completed=completed, oldest_due=oldest_due
+        )
 
 
 @dataclass
