@@ -14,7 +14,8 @@ tests/quickstart.py) and ``docs`` (the site, ``mkdocs build --strict``), with
 their tools in ``.venv-build`` and ``.venv-docs``, never in ``.venv``.
 ``--only packaging,docs`` picks stages (``tests`` is the suite). Anything
 skipped is said at the end, with the reason. ``--require-all`` (CI) turns every
-skip into a failure.
+skip into a failure. ``--jobs 2`` runs two suites at once, each on a test
+database of its own, and shows each one's output when it ends.
 """
 
 from __future__ import annotations
@@ -27,9 +28,12 @@ import socket
 import subprocess
 import sys
 import tarfile
+import threading
 import time
 import xml.etree.ElementTree as ET  # noqa: S405 - parses pytest's own report
 import zipfile
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -210,6 +214,65 @@ def stage_list(value: str) -> set[str]:
     return chosen
 
 
+@dataclass
+class Suite:
+    """One pytest run of the matrix: a Django version against a database."""
+
+    label: str
+    command: list[str]
+    env: dict[str, str]
+    report: Path
+    seconds: int  # expected alone: a parallel run starts the longest first
+
+
+# Seconds a suite took alone on the 2-core CI machine (Django 5.2, 2026-12-03):
+# a parallel run starts the longest first, so the two lanes end together.
+SUITE_SECONDS = {"postgresql": 250, "mysql": 185, "sqlite": 165, "pgbouncer": 120}
+SOAK_SECONDS = 40  # tests/test_chaos.py, in the last Django version's suites
+
+
+def run_suite(suite: Suite, log: Path | None) -> tuple[int, float]:
+    """Run ``suite``, its output to the terminal or, in a parallel run, to ``log``."""
+    suite.report.unlink(missing_ok=True)
+    started = time.monotonic()
+    if log is None:
+        code = run(suite.command, suite.env)
+    else:
+        with log.open("w") as out:
+            done = subprocess.run(
+                suite.command, cwd=ROOT, env=suite.env, stdout=out, stderr=subprocess.STDOUT
+            )
+        code = done.returncode
+    return code, time.monotonic() - started
+
+
+def run_suites(suites: list[Suite], jobs: int) -> dict[str, tuple[int, float]]:
+    """Run the suites, ``jobs`` at a time; their exit codes and seconds by label.
+
+    A suite waits on subprocesses, leases and sockets far more than it
+    computes (a third of two cores, measured), so two at a time take little
+    more than the longer of them. Each has its own test database
+    (``INTENTS_TEST_DB_SUFFIX``), and its output is shown whole when it ends.
+    """
+    if jobs <= 1:
+        return {suite.label: run_suite(suite, None) for suite in suites}
+    outcomes: dict[str, tuple[int, float]] = {}
+    lock = threading.Lock()
+
+    def one(suite: Suite) -> None:
+        log = suite.report.with_suffix(".log")
+        say(f"started {suite.label}: " + " ".join(suite.command))
+        outcome = run_suite(suite, log)
+        with lock:
+            print(log.read_text(), end="", flush=True)
+            say(f"finished {suite.label} in {outcome[1]:.0f} s (exit {outcome[0]})")
+            outcomes[suite.label] = outcome
+
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        list(pool.map(one, sorted(suites, key=lambda suite: -suite.seconds)))
+    return outcomes
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
@@ -220,6 +283,12 @@ def main() -> int:
     )
     parser.add_argument("--require-all", action="store_true", help="fail instead of skipping (CI)")
     parser.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="suites run at once, each on its own test database (CI: 2); default 1",
+    )
+    parser.add_argument(
         "--only",
         type=stage_list,
         default=set(STAGES),
@@ -227,6 +296,8 @@ def main() -> int:
     )
     parser.add_argument("pytest_args", nargs="*", help="passed to pytest (after --)")
     args = parser.parse_args()
+    if args.jobs < 1:
+        parser.error(f"--jobs must be 1 or more, not {args.jobs}")
     vendors = list(DATABASES) if args.db == "all" else args.db.split(",")
     versions = ["5.2", "6"] if args.django == "all" else [args.django]
     if "tests" not in args.only:
@@ -234,7 +305,8 @@ def main() -> int:
     with_mysql = "mysql" in vendors and (mysql_headers_present() or args.require_all)
 
     results: list[tuple[str, str]] = []
-    totals = {"passed": 0, "failed": 0, "skipped": 0}
+    suites: list[Suite] = []
+    venvs: dict[str, Path] = {}
     failed = skipped = False
     for version in versions:
         python = find_python(DJANGO[version][2])
@@ -242,7 +314,7 @@ def main() -> int:
             results.append((f"Django {version}", "skipped: no Python 3.12+ found"))
             skipped = True
             continue
-        venv = setup_venv(version, python, with_mysql)
+        venv = venvs[version] = setup_venv(version, python, with_mysql)
         if version == versions[0]:
             problems = static_checks(venv)
             results.append(
@@ -263,28 +335,39 @@ def main() -> int:
                 skipped = True
                 continue
             env = {**os.environ, "INTENTS_TEST_DB": vendor}
+            if args.jobs > 1:  # each suite on its own database: test_django_intents_6_mysql
+                env["INTENTS_TEST_DB_SUFFIX"] = f"_{version.replace('.', '')}_{vendor}"
             if not last:  # the chaos soak runs once per run too (tests/test_chaos.py)
                 env["INTENTS_TEST_SOAK"] = "0"
             report = ROOT / ".tmp" / f"junit-{version}-{vendor}.xml"
-            report.unlink(missing_ok=True)
             pytest = [str(venv / "bin" / "python"), "-m", "pytest", "-q", f"--junit-xml={report}"]
+            if args.jobs > 1:  # pytest's numbered temp dirs are not shared safely
+                pytest.append(f"--basetemp={ROOT / '.tmp' / f'pytest-{version}-{vendor}'}")
             chosen = POOLED_SUITE if vendor == "pgbouncer" and not args.pytest_args else []
-            code = run([*pytest, *chosen, *args.pytest_args], env)
-            counts = junit_counts(report)
-            for key in totals:
-                totals[key] += counts[key]
-            summary = (
-                f"{counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped"
-            )
-            results.append(
-                (label, summary if code == 0 else f"FAILED (pytest exit {code}): {summary}")
-            )
-            failed |= code != 0
-        if version == "6":
-            outcome = django_task_suite(venv)
-            results.append(("Django's tests/tasks", outcome))
-            failed |= outcome.startswith("FAILED")
-            skipped |= outcome.startswith("skipped")
+            command = [*pytest, *chosen, *args.pytest_args]
+            seconds = SUITE_SECONDS[vendor] + (SOAK_SECONDS if last else 0)
+            suites.append(Suite(label, command, env, report, seconds))
+            results.append((label, "not run"))
+
+    totals = {"passed": 0, "failed": 0, "skipped": 0}
+    outcomes = run_suites(suites, args.jobs)
+    for suite in suites:
+        code, seconds = outcomes[suite.label]
+        counts = junit_counts(suite.report)
+        for key in totals:
+            totals[key] += counts[key]
+        summary = (
+            f"{counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped"
+        )
+        summary += f" ({seconds:.0f} s)"
+        outcome = summary if code == 0 else f"FAILED (pytest exit {code}): {summary}"
+        results[results.index((suite.label, "not run"))] = (suite.label, outcome)
+        failed |= code != 0
+    if "6" in venvs:
+        outcome = django_task_suite(venvs["6"])
+        results.append(("Django's tests/tasks", outcome))
+        failed |= outcome.startswith("FAILED")
+        skipped |= outcome.startswith("skipped")
 
     for label, outcome in once_stages(args.only):
         results.append((label, outcome))
