@@ -70,6 +70,14 @@ class LeaseTable:
     def claims(self) -> list[Claim]:
         return list(self._held.values())
 
+    def handing_back(self) -> bool:
+        """Whether a handler has returned whose claim its thread has yet to hand back
+        (it does so right after writing the outcome); a lost claim's result is dropped."""
+        return any(
+            claim.outcome is not None and not claim.attempt.lost and token not in self._returned
+            for token, claim in self._held.items()
+        )
+
     def add(self, claim: Claim, *, sent: float) -> None:
         """Hold a claim sent to the database at ``sent``."""
         token = claim.intent.claim_token

@@ -21,7 +21,7 @@ import queue
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import TYPE_CHECKING
 
@@ -41,6 +41,8 @@ from .wakeup import Alarm
 
 # The pool's logger: operators filter on one name for everything a pool says.
 log = logging.getLogger("django_intents.worker")
+# Seconds a worker thread may take, at most, between a handler's return and its hand-back.
+HANDED_BACK_WITHIN = 1.0
 
 
 class Shutdown:
@@ -124,13 +126,22 @@ class Shutdown:
             leases.drop(claim)
         self.release(queued, started=False)
 
-    def release_unfinished(self, leases: LeaseTable) -> None:
-        """Give back every claim whose handler is still running: pending, due now.
+    def release_unfinished(self, leases: LeaseTable, collect: Callable[[], None]) -> None:
+        """Give back every claim whose handler is still running (pending, due now), then
+        ``collect`` those whose handler returned meanwhile.
 
         A claim whose handler has returned keeps it: its result is the
         recorder's to write (or, if the database is away, its lease expires).
+        A handler may return after the loop's last look at the results and
+        before this one, and be passed by: it is taken back here, to be
+        recorded like the others, not left to run again after its lease.
         """
         self.release([claim for claim in leases.claims() if claim.outcome is None], started=True)
+        until = time.monotonic() + HANDED_BACK_WITHIN
+        collect()
+        while leases.handing_back() and time.monotonic() < until:
+            time.sleep(0.001)
+            collect()
 
     def release(self, claims: list[Claim], *, started: bool) -> None:
         """Release ``claims`` in one statement; whatever their handlers return later is dropped."""

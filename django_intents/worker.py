@@ -385,8 +385,9 @@ class WorkerPool:
         self._leases.abandon(unrecorded=len(self._recorder))
 
     def _release_unfinished(self) -> None:
-        """After a stop: record what finished, then release what still runs."""
+        """After a stop: release what still runs, then record every result handed back."""
         self._collect()
+        self._shutdown.release_unfinished(self._leases, self._collect)
         if self._recorder:
             try:
                 self._record(wait=self._outage.timeout)
@@ -397,4 +398,3 @@ class WorkerPool:
                     cause_text(exc),
                 )
                 self._drain.unrecorded(len(self._recorder))
-        self._shutdown.release_unfinished(self._leases)

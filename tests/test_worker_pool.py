@@ -7,6 +7,7 @@ signals are in test_worker_process.py.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 import threading
@@ -25,6 +26,7 @@ from django_intents import Stop, demand, housekeeping, retention, signals
 from django_intents.clock import server_now
 from django_intents.managers import IntentManager
 from django_intents.models import Intent
+from django_intents.shutdown import Shutdown
 from django_intents.wakeup import Listener, listen_supported
 from django_intents.worker import WorkerPool
 
@@ -575,6 +577,40 @@ def test_a_queued_claim_lost_while_it_waited_is_not_run(background, finished, ca
     assert row(second).state == Intent.State.CANCELLED
     outcomes = [(s["intent"].event_id, s["outcome"]) for s in finished if s["kind"] == "p.block"]
     assert sorted(outcomes) == [("p.block-0", "success"), ("p.block-1", "fenced")]
+
+
+@pytest.mark.parametrize("awaited", [False, True], ids=["thread", "event-loop"])
+def test_a_handler_returning_as_the_grace_ends_is_recorded_not_left_to_its_lease(
+    background, finished, monkeypatch, awaited
+):
+    """Its handler returns after the loop's last look at the results, just before the
+    release of what still runs: the release passes it by, so its result must be
+    recorded, or it would run again once its lease ran out."""
+    gate = threading.Event()
+
+    def deaf(intent, attempt):
+        gate.wait(10)  # deaf to attempt.cancelled: it returns when the test says
+
+    async def deaf_async(intent, attempt):
+        while not gate.is_set():
+            await asyncio.sleep(0.005)
+
+    late = deaf_async if awaited else deaf
+    (id,) = enqueue("p.slow")
+    release = Shutdown.release_unfinished
+
+    def returning_first(self, leases, collect):
+        gate.set()
+        wait_for(lambda: all(c.outcome for c in leases.claims()), "the handler to return")
+        release(self, leases, collect)
+
+    monkeypatch.setattr(Shutdown, "release_unfinished", returning_first)
+    job = background(pool({"p.slow": late}, grace=0.2, lease=30.0))
+    wait_for(lambda: row(id).state == Intent.State.RUNNING, "the claim")
+    assert job.finish() == 0
+    fresh = row(id)
+    assert (fresh.state, fresh.claim_token, fresh.attempts) == (Intent.State.COMPLETED, "", 1)
+    assert [(s["intent"].id, s["outcome"]) for s in finished] == [(id, "success")]
 
 
 # -- the claim floor (django_intents/floor.py) ---------------------------------------------
