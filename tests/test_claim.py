@@ -83,6 +83,21 @@ def test_claim_does_not_take_a_running_intent_with_a_live_lease():
     assert Intent.objects.claim(now=at(29)) is None
 
 
+def test_intents_whose_ids_share_a_long_prefix_get_distinct_tokens_each_the_rows_own():
+    # Ids are any string: a token made from part of the id would repeat here.
+    ids = [
+        Intent.objects.enqueue("job", str(i), "t", now=T0, id=f"order-{i:040d}-{'x' * 10}")
+        for i in range(300)
+    ]
+    claimed = Intent.objects.claim_many(300, now=at(1))
+    assert sorted(i.id for i in claimed) == sorted(ids)
+    assert len({i.claim_token for i in claimed}) == 300
+    stored = dict(Intent.objects.values_list("id", "claim_token"))
+    assert all(stored[i.id] == i.claim_token and len(i.claim_token) == 32 for i in claimed)
+    # Every token completes its own intent: the fence is the row's token, not a guess.
+    assert len(Intent.objects.complete_many([(i.id, i.claim_token) for i in claimed])) == 300
+
+
 def test_claim_takes_over_an_expired_lease_with_a_new_token():
     [id] = enqueue()
     first = Intent.objects.claim(now=T0, lease=30)

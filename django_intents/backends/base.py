@@ -14,7 +14,6 @@ partial index whose condition says exactly that (``models.Intent.Meta``).
 from __future__ import annotations
 
 import contextlib
-import secrets
 from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -35,7 +34,7 @@ from .claims import (
 )
 from .endings import CANCEL_SET, CLEAR_CLAIM, RETRY_NOW_SET, Ending, Finished, finish_by_case
 from .limited import claim as limited_claim
-from .rows import hydrate, to_values
+from .rows import hydrate, take, to_values
 
 if TYPE_CHECKING:
     from ..models import Intent
@@ -74,6 +73,9 @@ class Backend:
     # Set by each vendor: the insert that ignores known ids and returns kinds, the
     # due rows, the server's clock in UTC (clock.py), the NOTIFY of kinds made due.
     sql_insert = sql_claim = sql_probe = sql_clock = sql_notify_kinds = ""
+    # A claimed intent's token, from one salt per claim (``rows.take``): one
+    # expression, where a CASE of a branch per intent took SQLite 8 µs an intent.
+    sql_salted = ""
     # Leaves paused kinds out of every claim and due probe, inside the claim's own
     # statement: no query of its own, and the claim keeps its index.
     sql_not_paused = " AND kind NOT IN (SELECT kind FROM {paused})"
@@ -133,8 +135,8 @@ class Backend:
         )
         self.sql_claim_update = (
             f"UPDATE {self.table}{self.by_id} SET state = '{RUNNING}', attempts = attempts + 1, "
-            f"claim_token = CASE id {{cases}} END, claim_until = %s, updated_at = %s "
-            f"WHERE id IN ({{ids}}) AND {ACTIVE}"
+            f"claim_token = {self.sql_salted}, claim_until = %s, updated_at = %s "
+            f"WHERE id IN ({{ids}}) AND {ACTIVE}{' RETURNING id, claim_token' * self.returning}"
         )
 
     @property
@@ -185,7 +187,7 @@ class Backend:
             with self.write_transaction(), self.cursor() as cursor:
                 queries = self.claim_queries(now=now, limit=limit, filters=filters)
                 intents = sorted(hydrate(self, self.due_rows(cursor, queries)), key=claim_order)
-                claims = Claims(self.take(cursor, intents[:limit], now=now, until=until))
+                claims = Claims(take(self, cursor, intents[:limit], now=now, until=until))
         claims.completed = completed
         return claims
 
@@ -195,29 +197,6 @@ class Backend:
             cursor.execute(statement, params)
             rows += cursor.fetchall()
         return rows
-
-    def take(
-        self, cursor: Any, intents: list[Intent], *, now: datetime, until: datetime
-    ) -> list[Claimed]:
-        """Claim these selected (and, where the database can, locked) intents by primary key."""
-        if not intents:
-            return []
-        tokens = {intent.id: secrets.token_hex(16) for intent in intents}
-        statement = self.sql_claim_update.replace(
-            "{cases}", " ".join(["WHEN %s THEN %s"] * len(tokens))
-        ).replace("{ids}", ", ".join(["%s"] * len(tokens)))
-        pairs = [value for pair in tokens.items() for value in pair]
-        cursor.execute(statement, [*pairs, self.dt(until), self.dt(now), *tokens])
-        claimed: list[Claimed] = []
-        for intent in intents:
-            lease_end = intent.claim_until if intent.state == RUNNING else None
-            intent.state = RUNNING
-            intent.attempts += 1
-            intent.claim_token = tokens[intent.id]
-            intent.claim_until = until
-            intent.updated_at = now
-            claimed.append((intent, lease_end))
-        return claimed
 
     def claim_queries(
         self, *, now: datetime, limit: int, filters: ClaimFilters

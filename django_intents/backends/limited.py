@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from ..limits import Admission
 from ..states import State
 from .claims import Claimed, ClaimFilters, Claims, claim_order
-from .rows import hydrate
+from .rows import hydrate, take
 
 if TYPE_CHECKING:
     from .base import Backend
@@ -59,7 +59,7 @@ def claim(
             cursor, backend.candidate_queries(now=now, limit=fetch, filters=scan)
         )
         due = sorted(hydrate(backend, rows), key=claim_order)
-        taken = backend.take(cursor, admission.admit(due, limit), now=now, until=until)
+        taken = take(backend, cursor, admission.admit(due, limit), now=now, until=until)
         held_back = bool(full_kinds or full_targets or admission.refused)
         return Claims(taken, held_back=held_back)
 

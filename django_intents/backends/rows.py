@@ -7,6 +7,8 @@ conversions Django would, so that what a claim returns equals what
 
 from __future__ import annotations
 
+import hashlib
+import secrets
 from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -14,9 +16,14 @@ from typing import TYPE_CHECKING, Any
 from django.db.models.base import ModelState
 from django.db.models.signals import post_init, pre_init
 
+from ..states import State
+
 if TYPE_CHECKING:
     from ..models import Intent
     from .base import Backend
+    from .claims import Claimed
+
+RUNNING = State.RUNNING.value
 
 
 def to_values(backend: Backend, rows: Sequence[dict[str, Any]]) -> list[Any]:
@@ -70,3 +77,36 @@ def hydrate(backend: Backend, rows: Sequence[Sequence[Any]]) -> list[Intent]:
         state.adding, state.db = False, backend.alias
         intents.append(intent)
     return intents
+
+
+def take(
+    backend: Backend, cursor: Any, intents: list[Intent], *, now: datetime, until: datetime
+) -> list[Claimed]:
+    """Claim these selected (and, where the database can, locked) intents by primary key.
+
+    Each token is made in the statement from one salt, new for each claim, so
+    a stale worker's token never matches: where UPDATE returns rows (SQLite),
+    the salt and random digits drawn per row, returned; elsewhere (MariaDB)
+    md5 of the salt and the id, which this computes too, as PostgreSQL's claim
+    does. Ids are any string, so a token is never cut from the id alone.
+    """
+    if not intents:
+        return []
+    salt = secrets.token_hex(8)
+    ids = [intent.id for intent in intents]
+    statement = backend.sql_claim_update.replace("{ids}", ", ".join(["%s"] * len(ids)))
+    cursor.execute(statement, [salt, backend.dt(until), backend.dt(now), *ids])
+    if backend.returning:
+        tokens = dict(cursor.fetchall())
+    else:
+        tokens = {id: hashlib.md5((salt + id).encode()).hexdigest() for id in ids}  # noqa: S324
+    claimed: list[Claimed] = []
+    for intent in intents:
+        lease_end = intent.claim_until if intent.state == RUNNING else None
+        intent.state = RUNNING
+        intent.attempts += 1
+        intent.claim_token = tokens[intent.id]
+        intent.claim_until = until
+        intent.updated_at = now
+        claimed.append((intent, lease_end))
+    return claimed

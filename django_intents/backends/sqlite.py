@@ -24,6 +24,7 @@ class SQLiteBackend(Backend):
     # Without ANALYZE statistics SQLite may prefer the (kind, state) index and
     # sort; INDEXED BY pins each branch of the claim to its partial index.
     claim_hint = " INDEXED BY {index}"
+    sql_salted = "%s || lower(hex(randomblob(8)))"  # returned to rows.take
 
     def __init__(self, alias: str, model: Any) -> None:
         super().__init__(alias, model)
