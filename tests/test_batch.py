@@ -1,7 +1,7 @@
 """Batch transitions and the due probe: ``complete_many``, ``finish_many`` and ``has_due``."""
 
 import pytest
-from django.db import transaction
+from django.db import connection, transaction
 
 from django_intents.backends.base import Ending
 from django_intents.models import Intent
@@ -211,6 +211,27 @@ def test_finish_many_of_a_large_batch_moves_every_claim():
     endings = [Ending(id, token, "cancelled", error="down") for id, token in pairs]
     assert len(Intent.objects.finish_many(endings, now=at(1))) == 520
     assert set(Intent.objects.values_list("state", "last_error")) == {("cancelled", "down")}
+
+
+def test_finish_many_on_sqlite_is_one_statement_that_finds_each_row_by_its_key(
+    vendor, django_assert_num_queries
+):
+    if vendor != "sqlite":
+        pytest.skip("the joined batch is SQLite's (backends/sqlite.py); the others have their own")
+    pairs = claimed(3)
+    endings = [Ending(id, token, "pending", next_at=at(9), error="later") for id, token in pairs]
+    backend = Intent.objects._backend()
+    with django_assert_num_queries(1):
+        assert len(backend.finish_many(endings, now=at(1))) == 3
+    statement = backend.sql_finish_many.replace("{rows}", ", ".join(["(?, ?, ?, ?, ?, ?, ?)"] * 3))
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN QUERY PLAN " + statement.replace("%s", "?"), [None] * 22)
+        plan = " ".join(str(row[-1]) for row in cursor.fetchall())
+    # Every ending looks its row up by id; a scan of the running rows would grow with them.
+    assert "SCAN v" in plan and "(id=?)" in plan and "SCAN django_intents_intent" not in plan
+    assert {(r.state, r.next_at, r.last_error, r.claim_token) for r in map(row, dict(pairs))} == {
+        ("pending", at(9), "later", "")
+    }
 
 
 def test_finish_many_announces_each_state_after_commit(

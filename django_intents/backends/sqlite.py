@@ -8,12 +8,13 @@ one takes the write lock first and waits for the busy timeout instead.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
 from .base import COMPLETED, DUE, RUNNING, Backend
 from .claims import branches
+from .endings import CLEAR_CLAIM, Ending, Finished
 
 
 class SQLiteBackend(Backend):
@@ -45,6 +46,32 @@ class SQLiteBackend(Backend):
             f"claim_until = NULL, updated_at = %s WHERE id IN ({{ids}}) AND state = '{RUNNING}' "
             f"AND (id, claim_token) IN (VALUES {{pairs}}) RETURNING id, kind"
         )
+
+        # A batch of fenced endings joined to its rows by id, in one statement. The
+        # portable form (``endings.finish_by_case``) sets each column with a CASE of
+        # a branch per intent, which SQLite tests in order for every row: 14.5 µs an
+        # intent in a batch of 500, against 1.6 for the join.
+        self.sql_finish_many = (
+            f"WITH v(vid, vtoken, vstate, vnext, verror, vsnooze, vunstarted) AS "
+            f"(VALUES {{rows}}) UPDATE {self.table} SET state = vstate, "
+            f"next_at = COALESCE(vnext, next_at), last_error = COALESCE(verror, last_error), "
+            f"snoozes = snoozes + vsnooze, attempts = attempts - vunstarted, {CLEAR_CLAIM}, "
+            f"updated_at = %s FROM v WHERE id = vid AND state = '{RUNNING}' "
+            f"AND claim_token = vtoken RETURNING id, kind, state"
+        )
+
+    def finish_many(self, endings: Sequence[Ending], *, now: datetime) -> list[Finished]:
+        """Apply a batch of fenced retries, cancellations and releases; return what moved."""
+        statement = self.sql_finish_many.replace(
+            "{rows}", ", ".join(["(%s, %s, %s, %s, %s, %s, %s)"] * len(endings))
+        )
+        params: list[Any] = []
+        for e in endings:
+            next_at = self.dt(e.next_at) if e.next_at else None
+            params += [e.id, e.token, e.state, next_at, e.error, int(e.snooze), int(e.unstarted)]
+        with self.cursor() as cursor:
+            cursor.execute(statement, [*params, self.dt(now)])
+            return [(id, kind, state) for id, kind, state in cursor.fetchall()]
 
     def complete_many(
         self, pairs: list[tuple[str, str]], *, now: datetime
