@@ -84,9 +84,10 @@ def test_claim_does_not_take_a_running_intent_with_a_live_lease():
 
 
 def test_intents_whose_ids_share_a_long_prefix_get_distinct_tokens_each_the_rows_own():
-    # Ids are any string: a token made from part of the id would repeat here.
+    # Ids are any string: a token made from part of the id would repeat here, and
+    # one hashed from other bytes than the pool hashes would fence every claim.
     ids = [
-        Intent.objects.enqueue("job", str(i), "t", now=T0, id=f"order-{i:040d}-{'x' * 10}")
+        Intent.objects.enqueue("job", str(i), "t", now=T0, id=f"commande-é-{i:036d}-{'ü' * 10}")
         for i in range(300)
     ]
     claimed = Intent.objects.claim_many(300, now=at(1))

@@ -136,7 +136,8 @@ class Backend:
         self.sql_claim_update = (
             f"UPDATE {self.table}{self.by_id} SET state = '{RUNNING}', attempts = attempts + 1, "
             f"claim_token = {self.sql_salted}, claim_until = %s, updated_at = %s "
-            f"WHERE id IN ({{ids}}) AND {ACTIVE}{' RETURNING id, claim_token' * self.returning}"
+            f"WHERE id IN ({{ids}}) AND {ACTIVE}"
+            + (" RETURNING id, claim_token" if self.returning else "")
         )
 
     @property

@@ -50,7 +50,8 @@ class MySQLBackend(Backend):
     # With a list of ids and a test of the state, MariaDB may walk a state-led
     # index instead, locking every row of the state: claimers then deadlock.
     by_id = " FORCE INDEX (PRIMARY)"
-    sql_salted = "MD5(CONCAT(%s, id))"  # rows.take computes the same
+    # rows.take computes the same, from the id's UTF-8 bytes whatever the table's charset.
+    sql_salted = "MD5(CONCAT(%s, CONVERT(id USING utf8mb4)))"
     # As for sql_insert: the kind was validated, so IGNORE only skips the known key.
     sql_pause = "INSERT IGNORE INTO {paused} (kind, paused_at) VALUES (%s, %s)"
 

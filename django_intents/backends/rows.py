@@ -85,14 +85,15 @@ def take(
     """Claim these selected (and, where the database can, locked) intents by primary key.
 
     Each token is made in the statement from one salt, new for each claim, so
-    a stale worker's token never matches: where UPDATE returns rows (SQLite),
-    the salt and random digits drawn per row, returned; elsewhere (MariaDB)
-    md5 of the salt and the id, which this computes too, as PostgreSQL's claim
-    does. Ids are any string, so a token is never cut from the id alone.
+    a stale worker's token never matches, and is 128 random bits of hex (SPEC
+    §2): where UPDATE returns rows (SQLite), an 8-byte salt and 8 random bytes
+    drawn per row, returned; elsewhere (MariaDB) md5 of a 16-byte salt and the
+    id's UTF-8 bytes, which this computes too, as PostgreSQL's claim does. Ids
+    are any string, so a token is never cut from the id alone.
     """
     if not intents:
         return []
-    salt = secrets.token_hex(8)
+    salt = secrets.token_hex(8 if backend.returning else 16)
     ids = [intent.id for intent in intents]
     statement = backend.sql_claim_update.replace("{ids}", ", ".join(["%s"] * len(ids)))
     cursor.execute(statement, [salt, backend.dt(until), backend.dt(now), *ids])
