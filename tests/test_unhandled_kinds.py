@@ -14,6 +14,7 @@ import pytest
 from django.utils import timezone
 
 from django_intents.models import Intent
+from django_intents.startup import unhandled_due
 from django_intents.worker import WorkerPool
 
 from .conftest import external_kinds, snapshot
@@ -86,3 +87,23 @@ def test_the_worker_start_does_not_warn_about_kinds_other_pools_run(caplog):
     Intent.objects.enqueue("test.sleepy", "a", "t", {"seconds": 0})
     drain_test_ok_only(caplog)
     assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
+
+
+def test_the_start_up_warning_counts_only_the_kinds_nothing_runs(django_assert_max_num_queries):
+    # Many due intents of handled kinds, two orphan kinds (one not due yet).
+    Intent.objects.enqueue_many(
+        {"kind": kind, "event_id": f"{kind}-{n}", "target": "t"}
+        for kind in ("test.ok", "test.sleepy")
+        for n in range(30)
+    )
+    orphan("webhok", "a")
+    orphan("webhok", "b")
+    orphan("legacy.sync", "later", seconds_ago=-3600)
+    before = snapshot()
+    # The clock, one probe per kind and one past the last, one count per unknown kind.
+    with django_assert_max_num_queries(1 + 5 + 2) as captured:
+        assert unhandled_due("default") == {"webhok": 2}
+    counts = [q["sql"] for q in captured.captured_queries if "COUNT(" in q["sql"].upper()]
+    assert len(counts) == 2
+    assert not any("test.ok" in sql or "test.sleepy" in sql for sql in counts)
+    assert snapshot() == before
