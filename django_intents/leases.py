@@ -11,11 +11,17 @@ itself just ended it: a result being recorded (``recorder.py``) or a
 handler's ``attempt.atomic()`` also ends the lease. Such a claim is only no
 longer renewed; the fenced write of its result says whether it still held.
 
+The loop asks the table for its next renewal on every turn, and a pool with a
+local queue holds hundreds of claims, most of them claimed together: the
+renewal times are kept in a heap (stale entries skipped as they surface), so
+a turn with nothing to renew costs the same for ten claims as for a thousand.
+
 Only the loop thread calls this table.
 """
 
 from __future__ import annotations
 
+import heapq
 import logging
 import math
 import time
@@ -45,6 +51,7 @@ class LeaseTable:
         self._reached = reached  # called after each round trip, for liveness
         self._held: dict[str, Claim] = {}
         self._renew_at: dict[str, float] = {}
+        self._renewals: list[tuple[float, str]] = []  # heap of (renew_at, token), some stale
         # Claims whose handler has not returned yet, threads' and awaited ones apart.
         self._busy = {False: 0, True: 0}
         self._returned: set[str] = set()  # handler returned; the result awaits recording
@@ -83,7 +90,7 @@ class LeaseTable:
         token = claim.intent.claim_token
         claim.lease_end = sent + self._lease
         self._held[token] = claim
-        self._renew_at[token] = sent + self._renew
+        self._schedule(token, sent + self._renew)
         self._busy[claim.awaited] += 1
 
     def holds(self, claim: Claim) -> bool:
@@ -99,25 +106,39 @@ class LeaseTable:
                 self._busy[claim.awaited] -= 1
         self._renew_at.pop(token, None)
 
+    def _schedule(self, token: str, at: float) -> None:
+        self._renew_at[token] = at
+        if at < math.inf:
+            heapq.heappush(self._renewals, (at, token))
+
     def next_renewal(self) -> float:
-        return min(self._renew_at.values(), default=math.inf)
+        heap = self._renewals
+        while heap and self._renew_at.get(heap[0][1]) != heap[0][0]:
+            heapq.heappop(heap)  # dropped, rescheduled or never to be renewed again
+        return heap[0][0] if heap else math.inf
 
     def renew_due(self) -> list[Claim]:
         """Renew every lease that is due; return the claims whose renewal was refused."""
         refused = []
-        for token, claim in list(self._held.items()):
-            now = time.monotonic()
-            if now < self._renew_at[token]:
-                continue
+        while self.next_renewal() <= (now := time.monotonic()):
+            due = heapq.heappop(self._renewals)
+            token = due[1]
+            claim = self._held[token]
             if now >= claim.lease_end:
                 # Another worker may hold it by now; the result must not count.
                 self.lose(claim, "its lease ran out before it could be renewed")
                 continue
-            renewed = self._manager.renew(claim.intent.id, token, lease=self._lease)
+            try:
+                renewed = self._manager.renew(claim.intent.id, token, lease=self._lease)
+            except BaseException:
+                heapq.heappush(self._renewals, due)  # still due: the next turn tries again
+                raise
             self._reached()
             if renewed:
-                self._renew_at[token], claim.lease_end = now + self._renew, now + self._lease
+                self._schedule(token, now + self._renew)
+                claim.lease_end = now + self._lease
             else:
+                self._renew_at[token] = math.inf
                 refused.append(claim)
         return refused
 
