@@ -28,6 +28,7 @@ from typing import Any, TypeVar, cast
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from django.core.exceptions import ImproperlyConfigured
+from django.core.signals import setting_changed
 from django.db import connections
 from django.http import HttpRequest, HttpResponse
 from prometheus_client import (
@@ -110,6 +111,27 @@ def kind_label(kind: str) -> str:
     return kind if kind in get_settings().metric_kinds else OTHER
 
 
+# The duration series of each (kind, outcome) seen, as ``labels()`` returns it:
+# every attempt observes one, and ``labels()`` checks and locks on every call.
+_durations: dict[tuple[str, str], Any] = {}
+
+
+def _duration(kind: str, outcome: str) -> Any:
+    series = _durations.get((kind, outcome))
+    if series is None:
+        series = HANDLER_DURATION.labels(kind=kind_label(kind), outcome=outcome)
+        _durations[kind, outcome] = series
+    return series
+
+
+def _forget_series(*, setting: str, **kwargs: Any) -> None:
+    if setting == "INTENTS":  # METRIC_KINDS decides the label
+        _durations.clear()
+
+
+setting_changed.connect(_forget_series, dispatch_uid="django_intents.metrics.series")
+
+
 # -- receivers -----------------------------------------------------------------
 
 
@@ -134,7 +156,7 @@ def _on_attempt_finished(
 ) -> None:
     if outcome not in OUTCOMES:
         raise ValueError(f"attempt_finished: outcome={outcome!r} is not one of {OUTCOMES}")
-    HANDLER_DURATION.labels(kind=kind_label(kind), outcome=outcome).observe(duration)
+    _duration(kind, outcome).observe(duration)
 
 
 def connect() -> None:

@@ -330,6 +330,27 @@ def test_metric_kinds_setting_decides_which_kinds_keep_their_label(
     }
 
 
+@pytest.mark.django_db
+def test_a_change_of_metric_kinds_moves_the_handler_duration_to_the_new_label(client):
+    def finished() -> None:
+        attempt_finished.send(
+            sender=Intent, kind="tenant-export", outcome="success", duration=0.5, intent=None
+        )
+
+    count = "django_intents_handler_duration_seconds_count"
+    before = scrape(client)
+    finished()  # not listed: "other"
+    with override_settings(INTENTS=intents(METRIC_KINDS=["tenant-export"])):
+        finished()  # listed now: its own label, though "other" was observed a moment ago
+    finished()  # and "other" again once the setting is back
+    assert changes(before, scrape(client)) == {
+        series(count, kind="other", outcome="success"): 2,
+        series(count.replace("_count", "_sum"), kind="other", outcome="success"): 1.0,
+        series(count, kind="tenant-export", outcome="success"): 1,
+        series(count.replace("_count", "_sum"), kind="tenant-export", outcome="success"): 0.5,
+    }
+
+
 # -- handler duration --------------------------------------------------------------------
 
 
