@@ -23,6 +23,9 @@ if TYPE_CHECKING:
     from .models import Intent
 
 _MAKING = threading.Lock()  # makes each attempt's ``cancelled`` once, whichever thread asks
+# Guards every attempt's lost and cancel state: held for a few assignments,
+# never while calling out, so one lock serves them all without a Lock per intent.
+_GUARD = threading.Lock()
 
 
 class Attempt:
@@ -37,7 +40,6 @@ class Attempt:
         self._using = using
         self._lost = False
         self._completed = False
-        self._lock = threading.Lock()
         self._on_cancel: list[Callable[[], None]] = []
         self._on_lost: Callable[[], None] | None = None
 
@@ -93,7 +95,7 @@ class Attempt:
             with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits any more
                 loop.call_soon_threadsafe(resolve)
 
-        with self._lock:
+        with _GUARD:
             if self.cancelled.is_set():
                 return
             self._on_cancel.append(wake)
@@ -133,7 +135,7 @@ class Attempt:
 
     def _cancel(self) -> None:
         """Ask the handler to stop: set ``cancelled`` and wake ``wait_cancelled()``."""
-        with self._lock:
+        with _GUARD:
             self.cancelled.set()
             wakers, self._on_cancel = self._on_cancel, []
         for wake in wakers:
@@ -141,7 +143,7 @@ class Attempt:
 
     def _lose(self) -> None:
         """Mark the claim as gone and tell the handler to stop; an async one is cancelled."""
-        with self._lock:
+        with _GUARD:
             self._lost = True
             on_lost, self._on_lost = self._on_lost, None
         self._cancel()
@@ -150,7 +152,7 @@ class Attempt:
 
     def _when_lost(self, callback: Callable[[], None]) -> None:
         """Call ``callback`` (once) when the claim is lost, now if it already is."""
-        with self._lock:
+        with _GUARD:
             if not self._lost:
                 self._on_lost = callback
                 return
