@@ -11,14 +11,14 @@ import signal
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
 from django.db import connection
 from django.utils import timezone
 
-from django_intents import backoff
+from django_intents import backoff, clock
 from django_intents.clock import server_now
 from django_intents.models import Intent
 from tests.testapp.models import Effect
@@ -64,11 +64,18 @@ def is_state(id: str, state: str) -> bool:  # noqa: A002
     return row(id).state == state
 
 
-def assert_due_now_and_unclaimed(id: str, before: object) -> None:  # noqa: A002
+def assert_due_now_and_unclaimed(id: str, before: datetime) -> None:  # noqa: A002
+    """Released due now: ``next_at`` by the worker's clock, after ``before`` by ours.
+
+    Each process carries the server's time from a reading of its own, which
+    lags the server by up to that reading's round trip (``clock.ROUND_TRIP``
+    at most), so the worker's "now" may trail ours by as much.
+    """
     fresh = row(id)
     assert fresh.state == Intent.State.PENDING
     assert (fresh.claim_token, fresh.claim_until) == ("", None)
-    assert before <= fresh.next_at <= timezone.now()
+    lag = timedelta(seconds=clock.ROUND_TRIP)
+    assert before - lag <= fresh.next_at <= timezone.now()
 
 
 # test.dotted is run by the worker's settings (tests/worker_settings.py), test.nobody by nothing.
