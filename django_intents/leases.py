@@ -110,6 +110,12 @@ class LeaseTable:
         self._renew_at[token] = at
         if at < math.inf:
             heapq.heappush(self._renewals, (at, token))
+        if len(self._renewals) > 2 * len(self._renew_at) + 64:
+            # Stale entries behind a long-held claim surface only when it is
+            # renewed; rebuilt from the live times, the heap stays the size
+            # of what is held, however many claims came and went meanwhile.
+            self._renewals = [(t, k) for k, t in self._renew_at.items() if t < math.inf]
+            heapq.heapify(self._renewals)
 
     def next_renewal(self) -> float:
         heap = self._renewals

@@ -28,7 +28,6 @@ from typing import Any, TypeVar, cast
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from django.core.exceptions import ImproperlyConfigured
-from django.core.signals import setting_changed
 from django.db import connections
 from django.http import HttpRequest, HttpResponse
 from prometheus_client import (
@@ -111,25 +110,18 @@ def kind_label(kind: str) -> str:
     return kind if kind in get_settings().metric_kinds else OTHER
 
 
-# The duration series of each (kind, outcome) seen, as ``labels()`` returns it:
+# The duration series of each label and outcome, as ``labels()`` returns it:
 # every attempt observes one, and ``labels()`` checks and locks on every call.
+# Keyed by the label, not the kind, so it holds no more than the series do.
 _durations: dict[tuple[str, str], Any] = {}
 
 
 def _duration(kind: str, outcome: str) -> Any:
-    series = _durations.get((kind, outcome))
+    key = (kind_label(kind), outcome)
+    series = _durations.get(key)
     if series is None:
-        series = HANDLER_DURATION.labels(kind=kind_label(kind), outcome=outcome)
-        _durations[kind, outcome] = series
+        series = _durations[key] = HANDLER_DURATION.labels(kind=key[0], outcome=outcome)
     return series
-
-
-def _forget_series(*, setting: str, **kwargs: Any) -> None:
-    if setting == "INTENTS":  # METRIC_KINDS decides the label
-        _durations.clear()
-
-
-setting_changed.connect(_forget_series, dispatch_uid="django_intents.metrics.series")
 
 
 # -- receivers -----------------------------------------------------------------

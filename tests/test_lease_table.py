@@ -119,3 +119,20 @@ def test_a_lease_that_ran_out_before_its_renewal_is_lost_not_renewed(clock):
     assert late.attempt.lost
     assert late.attempt.cancelled.is_set()
     assert held.next_renewal() == float("inf")
+
+
+def test_claims_that_came_and_went_behind_a_long_held_one_leave_no_memory_behind(clock):
+    manager = Renewals()
+    held = table(manager)
+    long_held = claim(0)
+    held.add(long_held, sent=1000.0)
+    for n in range(1, 5001):  # a busy pool: thousands claimed and finished in one renewal period
+        brief = claim(n)
+        held.add(brief, sent=1000.0 + n * 0.001)
+        held.drop(brief)
+    assert len(held) == 1
+    assert len(held._renewals) <= 2 * 1 + 64 + 1
+    clock[0] = 1000.0 + RENEW
+    assert held.renew_due() == []
+    assert manager.renewed == ["intent-000"]
+    assert held.next_renewal() == 1000.0 + 2 * RENEW

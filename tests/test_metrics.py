@@ -351,6 +351,24 @@ def test_a_change_of_metric_kinds_moves_the_handler_duration_to_the_new_label(cl
     }
 
 
+@pytest.mark.django_db
+def test_per_tenant_kinds_add_no_cached_series_beyond_other(client):
+    before = scrape(client)
+    for n in range(200):
+        attempt_finished.send(
+            sender=Intent, kind=f"tenant-{n}-export", outcome="error", duration=0.1, intent=None
+        )
+    assert ("other", "error") in metrics._durations
+    assert not any(re.fullmatch(r"tenant-\d+-export", label) for label, _ in metrics._durations)
+    moved = changes(before, scrape(client))
+    assert (
+        moved[
+            series("django_intents_handler_duration_seconds_count", kind="other", outcome="error")
+        ]
+        == 200
+    )
+
+
 # -- handler duration --------------------------------------------------------------------
 
 
