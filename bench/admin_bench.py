@@ -116,7 +116,7 @@ def measure(rows: int, repeat: int) -> dict[str, Any]:
     from django.test import Client
     from django.test.utils import CaptureQueriesContext
 
-    from django_intents.admin_summary import queue_summary
+    from django_intents.admin.summary import queue_summary
     from django_intents.models import Intent
 
     user = User.objects.filter(username="bench").first() or User.objects.create_superuser(

@@ -2,11 +2,11 @@
 
 from importlib.metadata import PackageNotFoundError, version
 
-from .attempt import Attempt
-from .exceptions import ClaimLost, Retry, Stop
-from .handlers import handler
-from .identity import intent_id
-from .retries import backoff
+from django_intents.attempt import Attempt
+from django_intents.exceptions import ClaimLost, Retry, Stop
+from django_intents.handlers import handler
+from django_intents.rules.identity import intent_id
+from django_intents.rules.retries import backoff
 
 try:
     __version__ = version("django-intents")

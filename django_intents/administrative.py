@@ -13,13 +13,13 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from . import states
-from .backends.admin import administer_many
-from .clock import now_or
-from .identity import check_id
+from django_intents.rules import states
+from django_intents.rules.identity import check_id
+from django_intents.store.admin import administer_many
+from django_intents.store.clock import now_or
 
 if TYPE_CHECKING:
-    from .backends import Backend
+    from django_intents.store import Backend
 
 
 class AdministrativeMethods:

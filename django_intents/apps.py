@@ -10,7 +10,8 @@ class IntentsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import checks, metrics  # noqa: F401 - importing checks registers them
+        from django_intents import checks  # noqa: F401 - importing checks registers them
+        from django_intents.observability import metrics
 
         metrics.connect()
         if _uses_task_backend():
@@ -19,7 +20,7 @@ class IntentsConfig(AppConfig):
             # so the task runner is registered here, in every process. Only when
             # TASKS names the backend: Django 5.2 without the backport must never
             # import django_intents.tasks.
-            from .tasks import register_handler
+            from django_intents.tasks import register_handler
 
             register_handler()
 

@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING
 
 from django.db import router, transaction
 
-from .exceptions import ClaimLost
+from django_intents.exceptions import ClaimLost
 
 if TYPE_CHECKING:
-    from .models import Intent
+    from django_intents.models import Intent
 
 _MAKING = threading.Lock()  # makes each attempt's ``cancelled`` once, whichever thread asks
 # Guards every attempt's lost and cancel state: held for a few assignments,

@@ -7,8 +7,8 @@ from typing import Any
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, register
 
-from .conf import get_settings, parse
-from .handlers import check_kind, problems
+from django_intents.conf import get_settings, parse
+from django_intents.handlers import check_kind, problems
 
 SCHEDULE_KIND = "django_intents.E008"
 

@@ -18,13 +18,13 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
-from .cron import Schedule
-from .cron import parse as parse_schedules
-from .identity import check_text
-from .kinds import TASK_KIND
-from .limits import Limit
-from .limits import parse as parse_limits
-from .states import TERMINAL
+from django_intents.rules.cron import Schedule
+from django_intents.rules.cron import parse as parse_schedules
+from django_intents.rules.identity import check_text
+from django_intents.rules.kinds import TASK_KIND
+from django_intents.rules.limits import Limit
+from django_intents.rules.limits import parse as parse_limits
+from django_intents.rules.states import TERMINAL
 
 DEFAULT_METRIC_KINDS = ("delivery", "push", "replication", "webhook", "job", TASK_KIND)
 

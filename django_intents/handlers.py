@@ -30,12 +30,12 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.utils.module_loading import autodiscover_modules, import_string
 
-from .conf import get_settings
-from .identity import check_text
+from django_intents.conf import get_settings
+from django_intents.rules.identity import check_text
 
 if TYPE_CHECKING:
-    from .attempt import Attempt
-    from .models import Intent
+    from django_intents.attempt import Attempt
+    from django_intents.models import Intent
 
 Handler = Callable[["Intent", "Attempt"], Any]
 H = TypeVar("H", bound=Callable[..., Any])

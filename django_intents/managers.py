@@ -18,24 +18,24 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import connections, models, router, transaction
 
-from . import states, validation
-from .administrative import AdministrativeMethods
-from .backends import Backend, ClaimFilters, backend_for
-from .backends.base import MAX_LIMIT, Ending
-from .backends.claims import Claims
-from .clock import now_or
-from .conf import get_settings
-from .handlers import check_kind
-from .identity import check_id, check_text
-from .limits import applying
-from .pauses import PauseMethods
-from .retries import backoff, gives_up
-from .signals import intents_rescued, intents_transitioned
-from .tracing import sending
-from .validation import aware, item_row, later, new_row
+from django_intents.administrative import AdministrativeMethods
+from django_intents.conf import get_settings
+from django_intents.handlers import check_kind
+from django_intents.pauses import PauseMethods
+from django_intents.rules import states, validation
+from django_intents.rules.identity import check_id, check_text
+from django_intents.rules.limits import applying
+from django_intents.rules.retries import backoff, gives_up
+from django_intents.rules.validation import aware, item_row, later, new_row
+from django_intents.signals import intents_rescued, intents_transitioned
+from django_intents.store import Backend, ClaimFilters, backend_for
+from django_intents.store.base import MAX_LIMIT, Ending
+from django_intents.store.claims import Claims
+from django_intents.store.clock import now_or
+from django_intents.tracing import sending
 
 if TYPE_CHECKING:
-    from .models import Intent
+    from django_intents.models import Intent
 
 ORDER = ("-priority", "next_at", "created_at", "id")  # claim order (claims.claim_order)
 INSERT_BATCH = 500

@@ -7,10 +7,10 @@ from typing import ClassVar
 from django.db import models
 from django.db.models import Q
 
-from . import states
-from .identity import ID_LENGTH, MAX_LENGTHS
-from .managers import IntentManager
-from .tracing import MAX_CONTEXT
+from django_intents.managers import IntentManager
+from django_intents.rules import states
+from django_intents.rules.identity import ID_LENGTH, MAX_LENGTHS
+from django_intents.tracing import MAX_CONTEXT
 
 
 class Intent(models.Model):

@@ -11,11 +11,11 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from .clock import now_or
-from .identity import check_text
+from django_intents.rules.identity import check_text
+from django_intents.store.clock import now_or
 
 if TYPE_CHECKING:
-    from .backends import Backend
+    from django_intents.store import Backend
 
 
 class PauseMethods:

@@ -14,9 +14,9 @@ from django.conf import settings
 from django.db import connection, connections
 from django.test import override_settings
 
-from django_intents.backends import backend_for
 from django_intents.models import Intent
 from django_intents.signals import intents_transitioned
+from django_intents.store import backend_for
 
 from . import settings as suite_settings
 

@@ -211,7 +211,7 @@ def replace_builtin_backends() -> None:
     from django_intents.models import Intent
     from django_intents.tasks import TASK_KIND, IntentsBackend
     from django_intents.tasks.runner import run_task
-    from django_intents.worker import WorkerPool
+    from django_intents.worker.pool import WorkerPool
 
     class ImmediateIntents(IntentsBackend):
         """Store the task, then run it with a drained one-thread pool before returning."""

@@ -197,6 +197,8 @@ def static_checks(venv: Path) -> list[str]:
         failures.append("ruff check")
     if run([str(venv / "bin" / "ruff"), "format", "--check", "."]):
         failures.append("ruff format")
+    if run([str(venv / "bin" / "lint-imports")]):
+        failures.append("lint-imports")
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings", "INTENTS_TEST_DB": "sqlite"}
     if run([py, "-m", "django", "check", "--fail-level", "WARNING"], env):
         failures.append("manage.py check")

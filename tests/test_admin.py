@@ -21,11 +21,11 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
-from django_intents.admin_actions import skipped_message
-from django_intents.admin_summary import queue_summary
-from django_intents.clock import server_now
-from django_intents.humanize import relative, short_duration
+from django_intents.admin.actions import skipped_message
+from django_intents.admin.humanize import relative, short_duration
+from django_intents.admin.summary import queue_summary
 from django_intents.models import Intent
+from django_intents.store.clock import server_now
 
 from .conftest import T0, external_kinds, row, snapshot
 

@@ -17,11 +17,11 @@ from django.contrib.admin.models import LogEntry
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from django_intents import admin_list
 from django_intents.admin import IntentAdmin
-from django_intents.admin_summary import queue_summary
-from django_intents.clock import server_now
+from django_intents.admin import changelist as admin_list
+from django_intents.admin.summary import queue_summary
 from django_intents.models import Intent
+from django_intents.store.clock import server_now
 
 from .conftest import external_kinds, row, snapshot
 from .test_admin import CHANGELIST, act, listed, make, notes

@@ -18,11 +18,11 @@ from django.test import Client
 from django.urls import reverse
 
 from django_intents import admin as intents_admin
+from django_intents.admin.tasks import TASK_VALUE_LIMIT
 from django_intents.handlers import discover
 from django_intents.models import Intent
 from django_intents.tasks import TASK_KIND
-from django_intents.tasks.display import TASK_VALUE_LIMIT
-from django_intents.worker import WorkerPool
+from django_intents.worker.pool import WorkerPool
 from tests.testapp import tasks
 
 CHANGELIST = reverse("admin:django_intents_intent_changelist")
@@ -60,17 +60,21 @@ def drain() -> None:
 def hide_task_framework(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[], None]]:
     """Make it look, to the admin, like Django 5.2 without the django-tasks backport.
 
-    There the admin's guarded import of ``django_intents.tasks.display`` fails;
+    There the admin's guarded import of ``django_intents.admin.tasks`` fails;
     this undoes that import, and proves the guard would fail in that setting.
     """
 
     def hide() -> None:
         monkeypatch.setitem(sys.modules, "django.tasks", None)
         monkeypatch.setitem(sys.modules, "django_tasks", None)
-        for name in [name for name in sys.modules if name.startswith("django_intents.tasks")]:
+        for name in [
+            n
+            for n in sys.modules
+            if n.startswith(("django_intents.tasks", "django_intents.admin.tasks"))
+        ]:
             monkeypatch.delitem(sys.modules, name)
         with pytest.raises(ImportError):
-            importlib.import_module("django_intents.tasks.display")
+            importlib.import_module("django_intents.admin.tasks")
         monkeypatch.setattr(intents_admin, "task_display", None)
 
     yield hide

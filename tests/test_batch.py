@@ -3,8 +3,8 @@
 import pytest
 from django.db import connection, transaction
 
-from django_intents.backends.base import Ending
 from django_intents.models import Intent
+from django_intents.store.base import Ending
 
 from .conftest import T0, at, enqueue, row, snapshot
 

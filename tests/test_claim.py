@@ -3,8 +3,8 @@ from datetime import timedelta
 
 import pytest
 
-from django_intents.backends import ClaimFilters, backend_for
 from django_intents.models import Intent
+from django_intents.store import ClaimFilters, backend_for
 
 from .conftest import T0, at, branch_plan, enqueue, intents, row, snapshot
 
@@ -367,7 +367,7 @@ def test_every_claim_statement_fits_psycopgs_cache_of_converted_queries(vendor):
     from django.db import connection
     from psycopg import _queries
 
-    from django_intents.limits import Limit
+    from django_intents.rules.limits import Limit
 
     backend = backend_for(connection, Intent)
     kinds = ["webhook", "a.rather.long.kind.name", "another.kind"]

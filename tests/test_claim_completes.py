@@ -14,12 +14,12 @@ import pytest
 from django.db import DatabaseError
 
 from django_intents.attempt import Attempt
-from django_intents.backends.claims import Claims
-from django_intents.execution import Claim
 from django_intents.managers import INSERT_BATCH
 from django_intents.models import Intent
-from django_intents.recorder import Recorder
 from django_intents.signals import Outcome
+from django_intents.store.claims import Claims
+from django_intents.worker.execution import Claim
+from django_intents.worker.recorder import Recorder
 
 from .conftest import at, row, snapshot
 from .test_limits import HOOK, enqueue, kinds, limits, running_per_target  # noqa: F401 - a fixture

@@ -9,9 +9,8 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from django_intents import clock
-from django_intents.backends import read_clock
 from django_intents.models import Intent
+from django_intents.store import clock, read_clock
 
 pytestmark = pytest.mark.django_db
 LONG_AGO = datetime(2001, 2, 3, 4, 5, 6, tzinfo=UTC)

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from django_intents.clock import server_now
 from django_intents.models import Intent
+from django_intents.store.clock import server_now
 
 from .skew import skewed
 from .workerutil import Worker, wait_for

@@ -5,7 +5,7 @@ from django.core.checks import run_checks
 from django.core.exceptions import ImproperlyConfigured
 
 from django_intents.conf import Retention, get_settings
-from django_intents.kinds import TASK_KIND
+from django_intents.rules.kinds import TASK_KIND
 
 
 def intents_errors():

@@ -16,9 +16,9 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.test import override_settings
 
-from django_intents.clock import server_now
-from django_intents.gauges import PENDING, QUEUE
 from django_intents.models import Intent
+from django_intents.observability.gauges import PENDING, QUEUE
+from django_intents.store.clock import server_now
 
 from .conftest import intents
 from .testapp.models import Effect

@@ -15,8 +15,8 @@ from django.test import override_settings
 
 from django_intents import handlers
 from django_intents.handlers import known_kinds, registry
-from django_intents.kinds import TASK_KIND
 from django_intents.models import Intent
+from django_intents.rules.kinds import TASK_KIND
 
 from .conftest import T0, enqueue, intents, snapshot
 

@@ -17,12 +17,12 @@ import pytest
 from django.test import override_settings
 from django.utils import timezone
 
-from django_intents import demand
 from django_intents.attempt import Attempt
-from django_intents.demand import Demand, claim_groups
-from django_intents.eventloop import EventLoop
-from django_intents.execution import Claim
 from django_intents.models import Intent
+from django_intents.worker import demand
+from django_intents.worker.demand import Demand, claim_groups
+from django_intents.worker.eventloop import EventLoop
+from django_intents.worker.execution import Claim
 
 from .conftest import external_kinds, intents, row
 from .test_local_queue import Clock

@@ -32,7 +32,7 @@ from django_intents import Attempt, ClaimLost, Stop, intent_id
 from django_intents.models import Intent
 from django_intents.tasks.compat import TaskResultStatus, task_enqueued
 from django_intents.tasks.runner import run_task
-from django_intents.worker import WorkerPool
+from django_intents.worker.pool import WorkerPool
 from example_project.settings import SQLITE_OPTIONS, database_from_url
 
 from .shoputil import shop_app  # noqa: F401 - an autouse fixture: installs the shop

@@ -28,9 +28,9 @@ from django.utils.html import escape
 from django.utils.http import http_date
 
 from django_intents import Attempt, Retry
-from django_intents.clock import server_now
 from django_intents.models import Intent
-from django_intents.worker import WorkerPool
+from django_intents.store.clock import server_now
+from django_intents.worker.pool import WorkerPool
 
 from .conftest import intents
 from .shoputil import shop_app  # noqa: F401 - an autouse fixture: installs the shop

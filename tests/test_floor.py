@@ -13,9 +13,9 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from django_intents.backends.claims import Claims
-from django_intents.floor import SLACK, ClaimFloor
 from django_intents.models import Intent
+from django_intents.store.claims import Claims
+from django_intents.worker.floor import SLACK, ClaimFloor
 
 from .conftest import T0, at, enqueue, row, snapshot
 

@@ -41,8 +41,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from django_intents import intent_id
-from django_intents.identity import MAX_LENGTHS, check_text
 from django_intents.models import Intent
+from django_intents.rules.identity import MAX_LENGTHS, check_text
 
 from .conftest import T0, at, external_kinds, snapshot
 from .test_model_based import QueueModel, assert_matches, lease_of

@@ -23,8 +23,8 @@ from django.core.management import call_command, execute_from_command_line
 from django.core.management.base import CommandError
 from django.utils import timezone
 
-from django_intents import metrics
 from django_intents.models import Intent
+from django_intents.observability import metrics
 
 from .conftest import snapshot
 

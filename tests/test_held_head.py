@@ -21,11 +21,11 @@ from datetime import datetime
 import pytest
 from django.db import connection, transaction
 
-from django_intents.backends import backend_for
-from django_intents.backends.claims import ClaimFilters
-from django_intents.backends.heldhead import MAX_LEVELS, Level, advanced
-from django_intents.limits import Limit
 from django_intents.models import Intent
+from django_intents.rules.limits import Limit
+from django_intents.store import backend_for
+from django_intents.store.claims import ClaimFilters
+from django_intents.store.postgresql.heldhead import MAX_LEVELS, Level, advanced
 
 from .conftest import at
 from .test_limits import FREE, HOOK, enqueue, kinds, limits  # noqa: F401 - an autouse fixture

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import pytest
 
-from django_intents import leases
 from django_intents.attempt import Attempt
-from django_intents.execution import Claim
 from django_intents.models import Intent
+from django_intents.worker import leases
+from django_intents.worker.execution import Claim
 
 LEASE, RENEW = 30.0, 10.0
 

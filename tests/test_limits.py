@@ -20,12 +20,12 @@ from django.db import connection, connections, transaction
 from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 
-from django_intents import metrics
-from django_intents.admin_summary import queue_summary
-from django_intents.backends.claims import ClaimFilters
+from django_intents.admin.summary import queue_summary
 from django_intents.conf import parse
-from django_intents.limits import Limit, held_back
 from django_intents.models import Intent
+from django_intents.observability import metrics
+from django_intents.rules.limits import Limit, held_back
+from django_intents.store.claims import ClaimFilters
 
 from .conftest import at, external_kinds, intents
 from .test_metrics import scrape, series
@@ -366,7 +366,7 @@ def test_postgresql_asks_whether_other_priorities_are_due_of_their_small_indexes
         pytest.skip("the flag of the exact claim's lock is PostgreSQL's")
     import re
 
-    from django_intents.backends.pglimited import lock_key
+    from django_intents.store.postgresql.limited import lock_key
 
     table, copy = Intent._meta.db_table, "planner_copy"
     rows = (
@@ -405,7 +405,7 @@ def test_postgresql_asks_whether_other_priorities_are_due_of_their_small_indexes
 def test_postgresql_holds_the_kinds_lock_for_the_claim_or_the_callers_transaction(vendor):
     if vendor != "postgresql":
         pytest.skip("advisory locks are PostgreSQL's")
-    from django_intents.backends.pglimited import lock_key
+    from django_intents.store.postgresql.limited import lock_key
 
     enqueue(["a", "b", "c"])
 
@@ -444,7 +444,7 @@ def test_postgresql_a_limited_claim_that_fails_changes_nothing_and_frees_the_loc
         pytest.skip("the one-round-trip lock and claim are PostgreSQL's")
     from django.db import DataError
 
-    from django_intents.backends.pglimited import lock_key
+    from django_intents.store.postgresql.limited import lock_key
 
     ids = enqueue(["a", "b"])
     before = list(Intent.objects.order_by("id").values_list())
@@ -543,7 +543,7 @@ def test_postgresql_limited_claims_plan_without_bitmap_scans_in_their_transactio
     live leases are counted by a plain index scan, which marks them."""
     if vendor != "postgresql":
         pytest.skip("the bitmap scans are PostgreSQL's")
-    from django_intents.backends.pglimited import lock_key
+    from django_intents.store.postgresql.limited import lock_key
 
     enqueue([f"t{i % 3}" for i in range(30)])
     with limits(per_target=2):

@@ -21,11 +21,11 @@ from django.conf import settings
 from django.db import connection, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from django_intents.backends import backend_for
 from django_intents.conf import parse
 from django_intents.models import Intent
-from django_intents.outage import PREPARE_AFTER, reuse_connection
-from django_intents.wakeup import Listener
+from django_intents.store import backend_for
+from django_intents.worker.outage import PREPARE_AFTER, reuse_connection
+from django_intents.worker.wakeup import Listener
 
 from . import settings as suite_settings
 from .workerutil import Worker, wait_for

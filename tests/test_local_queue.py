@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from django_intents import demand
 from django_intents.attempt import Attempt
-from django_intents.demand import Demand, LocalQueue
-from django_intents.execution import Claim
 from django_intents.models import Intent
+from django_intents.worker import demand
+from django_intents.worker.demand import Demand, LocalQueue
+from django_intents.worker.execution import Claim
 
 from .conftest import external_kinds, row
 from .test_worker_pool import Background, background, enqueue_at, pool, running  # noqa: F401

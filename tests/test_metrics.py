@@ -29,9 +29,9 @@ from django_prometheus.testutils import assert_metric_diff, get_metric, save_reg
 from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
-from django_intents import gauges, metrics
-from django_intents.kinds import TASK_KIND
 from django_intents.models import Intent
+from django_intents.observability import gauges, metrics
+from django_intents.rules.kinds import TASK_KIND
 from django_intents.signals import attempt_finished
 
 from .conftest import T0, at, external_kinds, intents
@@ -763,7 +763,7 @@ def test_importing_metrics_again_registers_nothing_twice():
     code = (
         "import importlib\n"
         "from prometheus_client import REGISTRY, generate_latest\n"
-        "import django_intents.metrics as m\n"
+        "import django_intents.observability.metrics as m\n"
         "kept = (m.TRANSITIONS, m.HANDLER_DURATION, m.RESCUED, m.RESCUE_DELAY, m.QUEUE)\n"
         "m.QUEUE._cached_rows = lambda: []\n"
         "importlib.reload(m)\n"

@@ -23,9 +23,9 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
-from django_intents import metrics
-from django_intents.backends import ClaimFilters, backend_for
 from django_intents.models import Intent, PausedKind
+from django_intents.observability import metrics
+from django_intents.store import ClaimFilters, backend_for
 
 from .conftest import T0, at, branch_plan, enqueue, external_kinds, intents, row, snapshot
 from .test_admin import CHANGELIST, staff

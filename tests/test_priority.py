@@ -13,9 +13,9 @@ import pytest
 from django.db import connection
 from django.test import override_settings
 
-from django_intents.backends import ClaimFilters, backend_for
-from django_intents.floor import ClaimFloor
 from django_intents.models import Intent
+from django_intents.store import ClaimFilters, backend_for
+from django_intents.worker.floor import ClaimFloor
 
 from .conftest import T0, at, branch_plan, intents, row, snapshot
 
@@ -215,7 +215,7 @@ def test_an_enqueue_of_another_priority_is_heard_by_a_listening_pool(vendor):
         pytest.skip("LISTEN/NOTIFY is PostgreSQL's")
     import threading
 
-    from django_intents.wakeup import Listener
+    from django_intents.worker.wakeup import Listener
 
     backend: Any = backend_for(connection, Intent)
     key = (KIND,)

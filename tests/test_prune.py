@@ -15,8 +15,8 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from django_intents.maintenance.retention import prune
 from django_intents.models import Intent
-from django_intents.retention import prune
 
 from .conftest import T0, intents, row, snapshot
 

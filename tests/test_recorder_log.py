@@ -15,10 +15,10 @@ import pytest
 from django.utils import timezone
 
 from django_intents.attempt import Attempt
-from django_intents.execution import Claim
 from django_intents.models import Intent
-from django_intents.recorder import BURST, Recorder
 from django_intents.signals import Outcome
+from django_intents.worker.execution import Claim
+from django_intents.worker.recorder import BURST, Recorder
 
 from .conftest import external_kinds
 

@@ -20,10 +20,11 @@ from django.db import DatabaseError, connections
 from django.test import override_settings
 from django.utils import timezone
 
-from django_intents import housekeeping, intent_id
-from django_intents.housekeeping import ScheduleTick
+from django_intents import intent_id
+from django_intents.maintenance.schedules import MAX_CATCH_UP, enqueue_due
 from django_intents.models import Intent
-from django_intents.schedules import MAX_CATCH_UP, enqueue_due
+from django_intents.worker import housekeeping
+from django_intents.worker.housekeeping import ScheduleTick
 
 from .conftest import T0, at, intents, snapshot
 

@@ -20,11 +20,11 @@ from django.test import override_settings
 from django.utils import timezone
 
 from django_intents import Retry
-from django_intents.backends.base import Ending
-from django_intents.clock import server_now
 from django_intents.models import Intent
-from django_intents.retries import backoff
+from django_intents.rules.retries import backoff
 from django_intents.signals import Outcome
+from django_intents.store.base import Ending
+from django_intents.store.clock import server_now
 from django_intents.tasks.compat import TaskResultStatus
 from tests.testapp import tasks
 

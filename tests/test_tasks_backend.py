@@ -23,9 +23,9 @@ from django.test import override_settings
 from django.utils import timezone
 
 from django_intents import intent_id
-from django_intents.clock import server_now
 from django_intents.handlers import discover
 from django_intents.models import Intent
+from django_intents.store.clock import server_now
 from django_intents.tasks import TASK_KIND, IntentsBackend, IntentsTask
 from django_intents.tasks.compat import (
     InvalidTask,

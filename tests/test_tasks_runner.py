@@ -25,7 +25,7 @@ from django_intents.models import Intent
 from django_intents.tasks import TASK_KIND
 from django_intents.tasks.compat import TaskResultStatus, task_finished, task_started
 from django_intents.tasks.runner import run_task, worker_id
-from django_intents.worker import WorkerPool
+from django_intents.worker.pool import WorkerPool
 from tests.testapp import tasks
 from tests.testapp.models import Effect
 

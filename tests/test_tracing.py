@@ -23,7 +23,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 from django_intents import tracing
 from django_intents.models import Intent
-from django_intents.worker import WorkerPool
+from django_intents.worker.pool import WorkerPool
 
 from .conftest import external_kinds
 from .workerutil import ROOT

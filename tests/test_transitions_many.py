@@ -12,8 +12,8 @@ import pytest
 from django.db import DatabaseError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 
-from django_intents.backends import admin as admin_sql
 from django_intents.models import Intent
+from django_intents.store import admin as admin_sql
 
 from .conftest import T0, at, enqueue, row, snapshot
 

@@ -14,8 +14,8 @@ import pytest
 from django.utils import timezone
 
 from django_intents.models import Intent
-from django_intents.startup import unhandled_due
-from django_intents.worker import WorkerPool
+from django_intents.worker.pool import WorkerPool
+from django_intents.worker.startup import unhandled_due
 
 from .conftest import external_kinds, snapshot
 from .test_health import health

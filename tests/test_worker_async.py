@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from django_intents import ClaimLost, Stop
 from django_intents.models import Intent
-from django_intents.retries import backoff
+from django_intents.rules.retries import backoff
 from django_intents.signals import Outcome
 
 from .conftest import external_kinds, row

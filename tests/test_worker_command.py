@@ -15,8 +15,8 @@ from django.core.management import CommandError, call_command
 from django.db import OperationalError, connection
 from django.test import override_settings
 
-from django_intents import metrics
 from django_intents.management.commands import run_intent_workers as command
+from django_intents.observability import metrics
 from tests.testapp import handlers as test_handlers
 
 pytestmark = pytest.mark.django_db

@@ -22,13 +22,15 @@ from django.db import OperationalError, connection, connections, transaction
 from django.test import override_settings
 from django.utils import timezone
 
-from django_intents import Stop, demand, housekeeping, retention, signals
-from django_intents.clock import server_now
+from django_intents import Stop, signals
+from django_intents.maintenance import retention
 from django_intents.managers import IntentManager
 from django_intents.models import Intent
-from django_intents.shutdown import Shutdown
-from django_intents.wakeup import Listener, listen_supported
-from django_intents.worker import WorkerPool
+from django_intents.store.clock import server_now
+from django_intents.worker import demand, housekeeping
+from django_intents.worker.pool import WorkerPool
+from django_intents.worker.shutdown import Shutdown
+from django_intents.worker.wakeup import Listener, listen_supported
 
 from .conftest import external_kinds, intents, row
 from .workerutil import wait_for

@@ -18,9 +18,10 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from django_intents import backoff, clock
-from django_intents.clock import server_now
+from django_intents import backoff
 from django_intents.models import Intent
+from django_intents.store import clock
+from django_intents.store.clock import server_now
 from tests.testapp.models import Effect
 
 from . import settings as suite_settings

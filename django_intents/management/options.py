@@ -7,7 +7,7 @@ import argparse
 from django.core.management.base import CommandError
 from django.db import connections, router
 
-from ..models import Intent
+from django_intents.models import Intent
 
 
 def add_database(parser: argparse.ArgumentParser) -> None:

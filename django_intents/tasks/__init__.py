@@ -7,7 +7,7 @@ transaction, run by ``run_intent_workers``, read back with ``get_result``.
 See docs/django-tasks.md.
 """
 
-from ..kinds import TASK_KIND
-from .backend import IntentsBackend, IntentsTask, register_handler
+from django_intents.rules.kinds import TASK_KIND
+from django_intents.tasks.backend import IntentsBackend, IntentsTask, register_handler
 
 __all__ = ["TASK_KIND", "IntentsBackend", "IntentsTask", "register_handler"]

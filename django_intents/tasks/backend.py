@@ -19,12 +19,12 @@ from django.core.checks import CheckMessage, Error
 from django.core.exceptions import ImproperlyConfigured
 from django.db import router
 
-from ..clock import server_now
-from ..handlers import registry
-from ..identity import MAX_LENGTHS, check_text, intent_id
-from ..kinds import TASK_KIND
-from ..states import TERMINAL
-from .compat import (
+from django_intents.handlers import registry
+from django_intents.rules.identity import MAX_LENGTHS, check_text, intent_id
+from django_intents.rules.kinds import TASK_KIND
+from django_intents.rules.states import TERMINAL
+from django_intents.store.clock import server_now
+from django_intents.tasks.compat import (
     BaseTaskBackend,
     InvalidTask,
     Task,
@@ -33,7 +33,7 @@ from .compat import (
     TaskResultStatus,
     task_enqueued,
 )
-from .record import (
+from django_intents.tasks.record import (
     STATUS,
     MalformedRecord,
     TaskRecord,
@@ -41,11 +41,11 @@ from .record import (
     load_task,
     make_result,
 )
-from .runner import run_task
+from django_intents.tasks.runner import run_task
 
 if TYPE_CHECKING:
-    from ..managers import IntentManager
-    from ..models import Intent
+    from django_intents.managers import IntentManager
+    from django_intents.models import Intent
 
 OPTIONS = ("MAX_ATTEMPTS",)
 # Django's task API: a task that raises has FAILED. Retries are opted into.

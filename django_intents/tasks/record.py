@@ -17,9 +17,9 @@ from typing import Any
 
 from django.utils.module_loading import import_string
 
-from ..states import State
-from ..validation import check_json
-from .compat import InvalidTask, Task, TaskError, TaskResult, TaskResultStatus
+from django_intents.rules.states import State
+from django_intents.rules.validation import check_json
+from django_intents.tasks.compat import InvalidTask, Task, TaskError, TaskResult, TaskResultStatus
 
 # A task retried for days would otherwise carry every traceback it ever raised.
 MAX_ERRORS = 10

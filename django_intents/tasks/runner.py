@@ -32,14 +32,14 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, close_old_connections, connections, router
 from django.dispatch import Signal
 
-from ..clock import server_now
-from ..conf import get_settings
-from ..exceptions import ClaimLost, Stop
-from ..handlers import Handler
-from ..retries import gives_up
-from ..states import State
-from ..validation import exception_text
-from .compat import (
+from django_intents.conf import get_settings
+from django_intents.exceptions import ClaimLost, Stop
+from django_intents.handlers import Handler
+from django_intents.rules.retries import gives_up
+from django_intents.rules.states import State
+from django_intents.rules.validation import exception_text
+from django_intents.store.clock import server_now
+from django_intents.tasks.compat import (
     InvalidTask,
     Task,
     TaskContext,
@@ -50,11 +50,17 @@ from .compat import (
     task_finished,
     task_started,
 )
-from .record import MalformedRecord, TaskRecord, check_storable, load_task, make_result
+from django_intents.tasks.record import (
+    MalformedRecord,
+    TaskRecord,
+    check_storable,
+    load_task,
+    make_result,
+)
 
 if TYPE_CHECKING:
-    from ..attempt import Attempt
-    from ..models import Intent
+    from django_intents.attempt import Attempt
+    from django_intents.models import Intent
 
 log = logging.getLogger(__name__)
 P = ParamSpec("P")

@@ -15,12 +15,12 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from ...backlog import Backlog, read_backlog
-from ...clock import server_now
-from ...handlers import unhandled
-from ...schema import require_table
-from ...states import State
-from ..options import add_database, chosen_database
+from django_intents.handlers import unhandled
+from django_intents.management.options import add_database, chosen_database
+from django_intents.management.schema import require_table
+from django_intents.observability.backlog import Backlog, read_backlog
+from django_intents.rules.states import State
+from django_intents.store.clock import server_now
 
 
 def seconds(value: str) -> float:

@@ -12,12 +12,12 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from ...handlers import check_kind
-from ...identity import check_text
-from ...managers import IntentManager
-from ...models import Intent
-from ...schema import require_table
-from ..options import add_database, chosen_database
+from django_intents.handlers import check_kind
+from django_intents.management.options import add_database, chosen_database
+from django_intents.management.schema import require_table
+from django_intents.managers import IntentManager
+from django_intents.models import Intent
+from django_intents.rules.identity import check_text
 
 
 class Command(BaseCommand):

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ...managers import IntentManager
-from .intents_pause import Command as PauseCommand
+from django_intents.management.commands.intents_pause import Command as PauseCommand
+from django_intents.managers import IntentManager
 
 
 class Command(PauseCommand):

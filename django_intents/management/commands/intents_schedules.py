@@ -13,9 +13,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from ...schedules import listing
-from ...schema import require_table
-from ..options import add_database, chosen_database
+from django_intents.maintenance.schedules import listing
+from django_intents.management.options import add_database, chosen_database
+from django_intents.management.schema import require_table
 
 
 class Command(BaseCommand):

@@ -6,11 +6,11 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from ...conf import get_settings
-from ...retention import prune
-from ...states import TERMINAL
-from ..options import add_database, chosen_database
-from .run_intent_workers import positive_int
+from django_intents.conf import get_settings
+from django_intents.maintenance.retention import prune
+from django_intents.management.commands.run_intent_workers import positive_int
+from django_intents.management.options import add_database, chosen_database
+from django_intents.rules.states import TERMINAL
 
 
 class Command(BaseCommand):

@@ -18,14 +18,14 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 from django.db import Error as DatabaseFailure
 
-from ... import metrics
-from ...conf import get_settings
-from ...gauges import QUEUE
-from ...handlers import discover
-from ...identity import check_text
-from ...schema import require_table
-from ...worker import WorkerPool
-from ..options import add_database, chosen_database
+from django_intents.conf import get_settings
+from django_intents.handlers import discover
+from django_intents.management.options import add_database, chosen_database
+from django_intents.management.schema import require_table
+from django_intents.observability import metrics
+from django_intents.observability.gauges import QUEUE
+from django_intents.rules.identity import check_text
+from django_intents.worker.pool import WorkerPool
 
 
 def positive_int(value: str) -> int:

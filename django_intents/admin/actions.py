@@ -1,0 +1,176 @@
+"""The admin's transitions, declared once: each is a list action and a change-page button.
+
+An administrative transition is a manager method that takes an intent id and
+returns whether it moved the intent (``Intent.objects.retry_now(id)``). One
+entry in ``TRANSITIONS`` gives the action (with Django's permission check on
+"change"), the button and its label, the button's URL (``<id>/<name>/`` with
+dashes, named ``django_intents_intent_<name>``), the message and the log entry.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, cast
+
+from django.contrib import admin, messages
+from django.contrib.admin.actions import delete_selected as django_delete_selected
+from django.contrib.admin.models import CHANGE, LogEntry
+from django.db import router
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.template.response import TemplateResponse
+from django.utils.translation import gettext_lazy, ngettext, ngettext_lazy
+
+from django_intents.models import Intent
+from django_intents.rules.states import ACTIVE, TERMINAL, State
+
+if TYPE_CHECKING:
+    from django_stubs_ext import StrPromise
+
+    Action = Callable[[admin.ModelAdmin[Intent], HttpRequest, QuerySet[Intent]], Any]
+
+SKIPPED_LOOKUP_BATCH = 500
+
+
+@dataclass(frozen=True)
+class Transition:
+    name: str  # the manager method; also the action's name and the button's URL name
+    action: StrPromise  # the description in the list's action menu
+    button: StrPromise  # the label on one intent's page
+    done: StrPromise  # ngettext_lazy(..., "count"): what changed
+    log: str  # the LogEntry change message; untranslated, like Django's own
+    to: str  # the state it moves an intent to
+
+    @property
+    def path(self) -> str:
+        return self.name.replace("_", "-") + "/"
+
+
+TRANSITIONS = (
+    Transition(
+        "retry_now",
+        gettext_lazy("Retry now"),
+        gettext_lazy("Retry now"),
+        ngettext_lazy(
+            "Scheduled %(count)d intent to run now.",
+            "Scheduled %(count)d intents to run now.",
+            "count",
+        ),
+        "Retried now.",
+        State.PENDING,
+    ),
+    Transition(
+        "cancel",
+        gettext_lazy("Cancel"),
+        gettext_lazy("Cancel intent"),
+        ngettext_lazy("Cancelled %(count)d intent.", "Cancelled %(count)d intents.", "count"),
+        "Cancelled.",
+        State.CANCELLED,
+    ),
+)
+
+# Why a transition refused an intent, from its state now. The transitions
+# refuse only finished intents, so any other state means it moved meanwhile.
+_REFUSED = {
+    State.COMPLETED: ngettext_lazy(
+        "%(count)d already completed", "%(count)d already completed", "count"
+    ),
+    State.CANCELLED: ngettext_lazy(
+        "%(count)d already cancelled", "%(count)d already cancelled", "count"
+    ),
+    "moved": ngettext_lazy("%(count)d changed meanwhile", "%(count)d changed meanwhile", "count"),
+    "gone": ngettext_lazy("%(count)d no longer exists", "%(count)d no longer exist", "count"),
+}
+
+
+def action(transition: Transition) -> Action:
+    """The list action of ``transition``, offered only to users who may change intents."""
+
+    def run(
+        modeladmin: admin.ModelAdmin[Intent], request: HttpRequest, queryset: QuerySet[Intent]
+    ) -> None:
+        # Only what the transition and the log need: the selection may be every
+        # intent a filter matches.
+        apply(modeladmin, request, dict(queryset.order_by().values_list("pk", "kind")), transition)
+
+    run.__name__ = run.__qualname__ = transition.name
+    return admin.action(description=transition.action, permissions=["change"])(run)
+
+
+def apply(
+    modeladmin: admin.ModelAdmin[Intent],
+    request: HttpRequest,
+    selection: Mapping[str, str],
+    transition: Transition,
+) -> None:
+    """Run the transition on the selected intents (id to kind) and report what changed and
+    what did not: ``retry_now_many`` or ``cancel_many``, one statement per thousand."""
+    manager = Intent.objects.db_manager(router.db_for_write(Intent))
+    moved = set(getattr(manager, f"{transition.name}_many")(selection))
+    if moved:
+        # The log names each intent as it is now.
+        to = State.PENDING if transition.name == "retry_now" else State.CANCELLED
+        changed = [
+            Intent(pk=pk, kind=kind, state=to) for pk, kind in selection.items() if pk in moved
+        ]
+        LogEntry.objects.log_actions(
+            user_id=cast(int, request.user.pk),  # admin views require a logged-in user
+            queryset=changed,
+            action_flag=CHANGE,
+            change_message=transition.log,
+        )
+        done = transition.done % {"count": len(changed)}
+        modeladmin.message_user(request, done, messages.SUCCESS)
+    skipped = [pk for pk in selection if pk not in moved]
+    if skipped:
+        modeladmin.message_user(request, skipped_message(skipped), messages.WARNING)
+
+
+def skipped_message(ids: Sequence[str]) -> str:
+    """Say why intents were not changed, from their state now (one query per 500)."""
+    states: Counter[str] = Counter()
+    for start in range(0, len(ids), SKIPPED_LOOKUP_BATCH):
+        chunk = ids[start : start + SKIPPED_LOOKUP_BATCH]
+        states.update(Intent.objects.filter(pk__in=chunk).values_list("state", flat=True))
+    counts = {
+        State.COMPLETED: states[State.COMPLETED],
+        State.CANCELLED: states[State.CANCELLED],
+        "moved": states.total() - states[State.COMPLETED] - states[State.CANCELLED],
+        "gone": len(ids) - states.total(),
+    }
+    reasons = [_REFUSED[why] % {"count": count} for why, count in counts.items() if count]
+    return ngettext(
+        "Skipped %(count)d intent: %(reasons)s.",
+        "Skipped %(count)d intents: %(reasons)s.",
+        len(ids),
+    ) % {"count": len(ids), "reasons": ", ".join(reasons)}
+
+
+@admin.action(
+    description=gettext_lazy("Delete selected completed or cancelled intents"),
+    permissions=["delete"],
+)
+def delete_selected(
+    modeladmin: admin.ModelAdmin[Intent], request: HttpRequest, queryset: QuerySet[Intent]
+) -> TemplateResponse | None:
+    """Django's delete action, on the finished part of the selection only."""
+    active = queryset.filter(state__in=ACTIVE).count()
+    if active:
+        modeladmin.message_user(
+            request,
+            ngettext(
+                "Skipped %(count)d intent that is still pending or running: "
+                "only completed and cancelled intents can be deleted.",
+                "Skipped %(count)d intents that are still pending or running: "
+                "only completed and cancelled intents can be deleted.",
+                active,
+            )
+            % {"count": active},
+            messages.WARNING,
+        )
+    finished = queryset.filter(state__in=TERMINAL)
+    if not finished.exists():
+        return None
+    return django_delete_selected(modeladmin, request, finished)

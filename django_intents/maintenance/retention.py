@@ -1,0 +1,155 @@
+"""Retention: compact, then (only if asked to) delete old terminal intents.
+
+An intent's id is its idempotency key: while the row exists, enqueueing the
+same event again is a no-op. So the default way to reclaim space is to
+*compact* a finished intent (drop its payload and error, keep the row), and
+rows are *deleted* only after a second window that the project sets knowingly:
+once a row is gone, the same event enqueued again runs again.
+
+Both phases work in bounded batches. A batch reads at most ``batch_size`` ids
+through the ``(state, updated_at)`` index, then writes those rows by primary
+key in one short statement, so locks are held for one batch at a time, never
+across the table. Pages advance by ``(updated_at, id)`` keyset, so one pass
+reads each old row once however many batches it takes. Only ``completed`` and
+``cancelled`` intents are ever selected, and each write repeats the state and
+age conditions, so a row is touched only if it still qualifies when written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from django.db import router
+from django.db.models import Q
+from django.utils import timezone
+
+from django_intents.conf import get_settings
+from django_intents.managers import IntentQuerySet
+from django_intents.models import Intent
+from django_intents.rules.states import TERMINAL
+from django_intents.store.clock import server_now
+
+
+@dataclass
+class PruneReport:
+    """What one :func:`prune` call did (with ``dry_run``: would do), per state."""
+
+    dry_run: bool = False
+    compacted: dict[str, int] = field(default_factory=dict)
+    deleted: dict[str, int] = field(default_factory=dict)
+    batches: int = 0
+    #: False when ``max_batches`` stopped the pass while rows were still waiting.
+    finished: bool = True
+
+    @property
+    def total(self) -> int:
+        return sum(self.compacted.values()) + sum(self.deleted.values())
+
+
+@dataclass(frozen=True)
+class _Phase:
+    """One kind of work on one state: the rows it selects and what it does to a batch."""
+
+    counts: dict[str, int]
+    state: str
+    rows: IntentQuerySet
+    write: Callable[[IntentQuerySet], int]
+
+
+def prune(
+    now: datetime | None = None,
+    *,
+    batch_size: int = 500,
+    max_batches: int | None = None,
+    dry_run: bool = False,
+    using: str | None = None,
+) -> PruneReport:
+    """Apply ``INTENTS["RETENTION"]`` to terminal intents, ages counted from ``updated_at``.
+
+    Deletion runs before compaction, so no row is rewritten just before it goes.
+    ``max_batches`` bounds the writes of one call, which is how running workers
+    prune a little at a time; ``report.finished`` says whether work was left.
+    Call it outside a transaction: inside one, every batch's locks are held
+    until the caller commits. Concurrent calls are safe: a batch another caller
+    already handled simply matches no rows, and is not counted. ``using`` is
+    the database alias (default: the router's choice for ``Intent``).
+    """
+    using = using or router.db_for_write(Intent)
+    now = server_now(using) if now is None else now
+    if timezone.is_naive(now):
+        raise ValueError(f"now must be an aware datetime, not naive {now}")
+    _check_count("batch_size", batch_size)
+    if max_batches is not None:
+        _check_count("max_batches", max_batches)
+    report = PruneReport(dry_run=dry_run)
+    phases = _phases(report, now, Intent.objects.using(using))
+    for phase in phases:
+        phase.counts[phase.state] = 0
+    for phase in phases:
+        if not _run(phase, report, batch_size, max_batches):
+            report.finished = False
+            break
+    return report
+
+
+def _phases(report: PruneReport, now: datetime, intents: IntentQuerySet) -> list[_Phase]:
+    retention = get_settings().retention or {}
+    phases = []
+    for state in TERMINAL:
+        window = retention.get(state)
+        if window is not None and window.delete is not None:
+            rows = intents.filter(state=state, updated_at__lte=now - window.delete)
+            phases.append(_Phase(report.deleted, state, rows, _delete))
+    for state in TERMINAL:
+        window = retention.get(state)
+        if window is not None and window.compact is not None:
+            rows = intents.filter(state=state, updated_at__lte=now - window.compact)
+            if window.delete is not None:
+                # Older rows belong to the delete phase; a dry run must not count them twice.
+                rows = rows.filter(updated_at__gt=now - window.delete)
+            # Compacted rows no longer match, so a second pass rewrites nothing.
+            rows = rows.filter(Q(payload__isnull=False) | ~Q(last_error=""))
+            phases.append(_Phase(report.compacted, state, rows, _compact))
+    return phases
+
+
+def _delete(batch: IntentQuerySet) -> int:
+    _, per_model = batch.delete()
+    return per_model.get(Intent._meta.label, 0)
+
+
+def _compact(batch: IntentQuerySet) -> int:
+    # update() leaves updated_at alone: the age keeps counting from the terminal
+    # transition, so compacting never pushes the delete window back.
+    return batch.update(payload=None, last_error="")
+
+
+def _run(phase: _Phase, report: PruneReport, batch_size: int, max_batches: int | None) -> bool:
+    """Work through one phase; return False if ``max_batches`` ran out first."""
+    after: tuple[datetime, str] | None = None
+    while True:
+        page = phase.rows.order_by("updated_at", "id")
+        if after is not None:
+            at, last = after
+            # The redundant ">=" is the index bound; the OR alone would make the
+            # database rescan the rows already done, once per batch.
+            page = page.filter(Q(updated_at__gte=at), Q(updated_at__gt=at) | Q(id__gt=last))
+        rows = list(page.values_list("updated_at", "id")[:batch_size])
+        if not rows:
+            return True
+        if max_batches is not None and report.batches >= max_batches:
+            return False
+        report.batches += 1
+        ids = [id_ for _, id_ in rows]
+        done = len(ids) if report.dry_run else phase.write(phase.rows.filter(pk__in=ids))
+        phase.counts[phase.state] += done
+        if len(rows) < batch_size:
+            return True
+        after = rows[-1]
+
+
+def _check_count(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, not {value!r}")

@@ -1,0 +1,136 @@
+"""The queue gauges, read from the database when scraped.
+
+``django_intents_pending``, ``django_intents_oldest_due_age_seconds``,
+``django_intents_limited`` and ``django_intents_paused`` describe the table,
+not the process: they come from the one read of ``backlog.read_backlog``,
+cached for ``INTENTS["GAUGE_CACHE"]`` seconds, so enqueue, claim and complete
+never pay for a ``COUNT``. Their ``kind`` label is bounded as every other
+metric's is (``metrics.py``): kinds outside ``METRIC_KINDS`` are ``other``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any, cast
+
+from django.core.signals import setting_changed
+from django.db import DatabaseError
+from prometheus_client import REGISTRY
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from django_intents.conf import get_settings
+from django_intents.observability import log as logger
+from django_intents.observability.backlog import KindBacklog, read_backlog
+from django_intents.store.clock import server_now
+
+OTHER = "other"
+PENDING = "django_intents_pending"
+OLDEST_DUE_AGE = "django_intents_oldest_due_age_seconds"
+LIMITED = "django_intents_limited"
+PAUSED = "django_intents_paused"
+GAUGES = (
+    (PENDING, "Intents in state pending (due or scheduled), per kind; read from the database."),
+    (
+        OLDEST_DUE_AGE,
+        "Seconds the oldest due intent has waited to be claimed (since next_at, or since its "
+        "lease expired), per kind; 0 when nothing is due.",
+    ),
+    (LIMITED, "Due intents that INTENTS['LIMITS'] keeps from running now, per kind."),
+    (PAUSED, "1 while the kind is paused (no claim takes it), else 0; other: any such kind."),
+)
+
+
+class QueueCollector(Collector):
+    """Exports the queue gauges from the backlog rows, cached.
+
+    The database rows are cached for ``GAUGE_CACHE`` seconds: a scrape inside
+    that window runs no query. Ages are computed from the cached times at each
+    scrape, so a stuck queue's age keeps rising between refreshes.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._rows: list[KindBacklog] = []
+        self._read_at: float | None = None
+        self._using: str | None = None
+
+    def read_from(self, using: str) -> None:
+        """Read the queue on ``using`` from now on (``run_intent_workers --database``)."""
+        with self._lock:
+            self._using, self._read_at = using, None
+
+    def invalidate(self) -> None:
+        """Forget the cached rows, so the next scrape reads the database."""
+        with self._lock:
+            self._read_at = None
+
+    def describe(self) -> Iterator[Metric]:
+        # With describe(), registering does not call collect(): no query at import.
+        yield from self._families()
+
+    def _families(self) -> list[GaugeMetricFamily]:
+        return [GaugeMetricFamily(name, text, labels=["kind"]) for name, text in GAUGES]
+
+    def collect(self) -> Iterator[Metric]:
+        families = pending, oldest, limited, paused = self._families()
+        try:
+            rows = self._cached_rows()
+        except DatabaseError:
+            # One failing gauge must not take the counters down with it: the
+            # scrape still answers, and the gauges are absent until the next one.
+            logger.warning("django-intents: could not read the queue for metrics", exc_info=True)
+            yield from families
+            return
+        kinds = get_settings().metric_kinds
+        counts = dict.fromkeys((*kinds, OTHER), 0)
+        held = dict.fromkeys((*kinds, OTHER), 0)
+        stopped = dict.fromkeys((*kinds, OTHER), 0)
+        ages = dict.fromkeys((*kinds, OTHER), 0.0)
+        now = server_now(self._using)
+        for row in rows:
+            label = row.kind if row.kind in kinds else OTHER
+            counts[label] += row.pending
+            held[label] += row.limited
+            stopped[label] |= row.paused
+            if row.oldest_due is not None:
+                ages[label] = max(ages[label], (now - row.oldest_due).total_seconds())
+        for label in counts:
+            pending.add_metric([label], counts[label])
+            oldest.add_metric([label], ages[label])
+            limited.add_metric([label], held[label])
+            paused.add_metric([label], stopped[label])
+        yield from families
+
+    def _cached_rows(self) -> list[KindBacklog]:
+        # Concurrent scrapes wait for the one that is reading instead of all querying.
+        with self._lock:
+            ttl = get_settings().gauge_cache
+            fresh = self._read_at is not None and time.monotonic() - self._read_at < ttl
+            if not fresh:
+                self._rows = read_backlog(using=self._using).kinds
+                self._read_at = time.monotonic()
+            return self._rows
+
+
+def _queue_collector() -> QueueCollector:
+    # Found again rather than registered twice when the module is imported again.
+    existing = REGISTRY._names_to_collectors.get(PENDING)  # private, but the only lookup there is
+    if existing is not None:
+        return cast(QueueCollector, existing)
+    collector = QueueCollector()
+    REGISTRY.register(collector)
+    return collector
+
+
+QUEUE = _queue_collector()
+
+
+def _forget_cached_queue(*, setting: str, **kwargs: Any) -> None:
+    if setting == "INTENTS":
+        QUEUE.invalidate()
+
+
+setting_changed.connect(_forget_cached_queue, dispatch_uid="django_intents.metrics.settings")

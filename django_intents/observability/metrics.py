@@ -1,0 +1,298 @@
+"""Prometheus metrics: defined once here, fed by signal receivers.
+
+Counters and histograms live on ``prometheus_client``'s default registry, so
+django-prometheus's ``/metrics`` view exports them from the web process and
+:func:`serve` exports them from a worker. The manager and the worker only send
+signals; the receivers below turn them into samples, so no hot path does any
+bookkeeping of its own.
+
+The gauges describe the table, not the process: they are read when scraped
+(``gauges.py``), so enqueue, claim and complete never pay for a ``COUNT``.
+
+The ``kind`` label is bounded: kinds outside ``INTENTS["METRIC_KINDS"]`` are
+reported as ``other``, so a typo or a per-tenant kind cannot explode the number
+of series. The defaults include the django.tasks kind (``kinds.TASK_KIND``), so
+task intents are told apart from the rest without any configuration.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from collections import Counter as Tally
+from collections.abc import Callable, Iterable
+from socketserver import ThreadingMixIn
+from typing import Any, TypeVar, cast
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from django.core.exceptions import ImproperlyConfigured
+from django.db import connections
+from django.http import HttpRequest, HttpResponse
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    generate_latest,
+    make_wsgi_app,
+    multiprocess,
+)
+
+from django_intents.conf import get_settings
+from django_intents.observability import log as logger
+from django_intents.observability.gauges import OTHER, QUEUE
+from django_intents.rules.states import State
+from django_intents.signals import Outcome, attempt_finished, intents_rescued, intents_transitioned
+
+# The values of the ``to`` and ``outcome`` labels, as plain strings.
+STATES = tuple(State.values)
+OUTCOMES = tuple(outcome.value for outcome in Outcome)
+DEFAULT_ADDR = "127.0.0.1"
+
+# Handlers range from a few milliseconds (a push) to the whole lease (a slow webhook).
+DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+# A rescue comes one poll after expiry with a busy pool, or hours late with none.
+RESCUE_BUCKETS = (0.1, 0.5, 1, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 4 * 3600)
+
+_C = TypeVar("_C", Counter, Histogram)
+
+
+def _define(
+    factory: type[_C], name: str, documentation: str, labels: tuple[str, ...], **kw: Any
+) -> _C:
+    """Return the collector registered as ``name``, creating it on the first import only.
+
+    Importing this module again (``importlib.reload`` in a test, a module reached
+    under two names) would otherwise make the default registry refuse the
+    duplicate; reusing the registered collector also keeps receivers connected
+    before the reload feeding the series that are exported.
+    """
+    existing = REGISTRY._names_to_collectors.get(name)  # private, but the only lookup there is
+    if existing is not None:
+        return cast(_C, existing)
+    return factory(name, documentation, labels, **kw)
+
+
+HANDLER_DURATION = _define(
+    Histogram,
+    "django_intents_handler_duration_seconds",
+    "Time a handler attempt took, per kind and outcome (success, error, stopped, snoozed, fenced).",
+    ("kind", "outcome"),
+    buckets=DURATION_BUCKETS,
+)
+TRANSITIONS = _define(
+    Counter,
+    "django_intents_transitions_total",
+    "State changes made by this process, per kind and new state, administrative ones included.",
+    ("kind", "to"),
+)
+RESCUED = _define(
+    Counter,
+    "django_intents_rescued_total",
+    "Claims that took over an expired lease (crash or stall recovery), per kind.",
+    ("kind",),
+)
+RESCUE_DELAY = _define(
+    Histogram,
+    "django_intents_rescue_delay_seconds",
+    "Seconds from a lease's expiry to the claim that rescued its intent, per kind.",
+    ("kind",),
+    buckets=RESCUE_BUCKETS,
+)
+
+
+def kind_label(kind: str) -> str:
+    """The ``kind`` label for ``kind``: its name if listed in METRIC_KINDS, else ``other``."""
+    return kind if kind in get_settings().metric_kinds else OTHER
+
+
+# The duration series of each label and outcome, as ``labels()`` returns it:
+# every attempt observes one, and ``labels()`` checks and locks on every call.
+# Keyed by the label, not the kind, so it holds no more than the series do.
+_durations: dict[tuple[str, str], Any] = {}
+
+
+def _duration(kind: str, outcome: str) -> Any:
+    key = (kind_label(kind), outcome)
+    series = _durations.get(key)
+    if series is None:
+        series = _durations[key] = HANDLER_DURATION.labels(kind=key[0], outcome=outcome)
+    return series
+
+
+# -- receivers -----------------------------------------------------------------
+
+
+def _on_transitioned(sender: Any, *, to: str, kinds: Iterable[str], **kwargs: Any) -> None:
+    if to not in STATES:
+        raise ValueError(f"intents_transitioned: to={to!r} is not one of {STATES}")
+    # enqueue_many sends thousands of kinds at once: one increment per label.
+    known = get_settings().metric_kinds
+    for label, count in Tally(kind if kind in known else OTHER for kind in kinds).items():
+        TRANSITIONS.labels(kind=label, to=to).inc(count)
+
+
+def _on_rescued(sender: Any, *, rescued: Iterable[tuple[str, float]], **kwargs: Any) -> None:
+    for kind, delay in rescued:
+        label = kind_label(kind)
+        RESCUED.labels(kind=label).inc()
+        RESCUE_DELAY.labels(kind=label).observe(max(delay, 0.0))
+
+
+def _on_attempt_finished(
+    sender: Any, *, kind: str, outcome: str, duration: float, **kwargs: Any
+) -> None:
+    if outcome not in OUTCOMES:
+        raise ValueError(f"attempt_finished: outcome={outcome!r} is not one of {OUTCOMES}")
+    _duration(kind, outcome).observe(duration)
+
+
+def connect() -> None:
+    """Connect the receivers and pre-create the series of the configured kinds.
+
+    Called from ``AppConfig.ready``; calling it again is harmless. Until a
+    receiver is connected the manager does not even build its signals.
+    """
+    intents_transitioned.connect(_on_transitioned, dispatch_uid="django_intents.metrics.moved")
+    intents_rescued.connect(_on_rescued, dispatch_uid="django_intents.metrics.rescued")
+    attempt_finished.connect(_on_attempt_finished, dispatch_uid="django_intents.metrics.attempt")
+    try:
+        kinds = get_settings().metric_kinds
+    except ImproperlyConfigured:
+        return  # the system check reports the bad setting; nothing to pre-create
+    precreate(kinds)
+
+
+def precreate(kinds: Iterable[str]) -> None:
+    """Create every child of ``kinds`` and ``other`` at zero.
+
+    A series that appears only on its first increment makes ``rate()`` and
+    ``increase()`` miss that increment; existing at zero from start-up, it does not.
+    """
+    for kind in (*kinds, OTHER):
+        for to in STATES:
+            TRANSITIONS.labels(kind=kind, to=to)
+        for outcome in OUTCOMES:
+            HANDLER_DURATION.labels(kind=kind, outcome=outcome)
+        RESCUED.labels(kind=kind)
+        RESCUE_DELAY.labels(kind=kind)
+
+
+# -- exposition --------------------------------------------------------------------
+
+
+def multiprocess_mode() -> bool:
+    """Whether ``prometheus_client`` keeps values in ``PROMETHEUS_MULTIPROC_DIR`` files."""
+    return "PROMETHEUS_MULTIPROC_DIR" in os.environ or "prometheus_multiproc_dir" in os.environ
+
+
+def export_registry() -> CollectorRegistry:
+    """The registry to expose: the default one, or every process's files plus the gauges.
+
+    In multiprocess mode the counters of all processes are merged from their
+    files, but a custom collector writes no file: the queue gauges, which read
+    the database and so are the same from any process, are added here.
+    """
+    if not multiprocess_mode():
+        return REGISTRY
+    registry = CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+    registry.register(QUEUE)
+    return registry
+
+
+def metrics_view(request: HttpRequest) -> HttpResponse:
+    """``/metrics`` for the web process; like django-prometheus's view, plus the queue
+    gauges under ``PROMETHEUS_MULTIPROC_DIR`` (where that view leaves them out)."""
+    return HttpResponse(generate_latest(export_registry()), content_type=CONTENT_TYPE_LATEST)
+
+
+class _Server(ThreadingMixIn, WSGIServer):
+    daemon_threads = True  # a hung scraper must not keep the worker from exiting
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - base signature
+        """Scrapes every few seconds would drown the worker's own log."""
+
+
+class MetricsServer:
+    """A worker's HTTP endpoint (``/metrics``, ``/healthz``), served by a daemon thread."""
+
+    def __init__(self, httpd: WSGIServer, thread: threading.Thread) -> None:
+        self._httpd = httpd
+        self._thread = thread
+
+    @property
+    def address(self) -> tuple[str, int]:
+        host, port = self._httpd.server_address[:2]
+        return str(host), int(port)
+
+    @property
+    def port(self) -> int:
+        return self.address[1]
+
+    def close(self) -> None:
+        """Stop serving and release the port."""
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join()
+
+
+def _is_healthy(healthy: Callable[[], bool]) -> bool:
+    try:
+        return bool(healthy())
+    except Exception:
+        logger.exception("django-intents: the health check raised; answering 503")
+        return False
+
+
+def _application(healthy: Callable[[], bool]) -> Callable[..., Iterable[bytes]]:
+    metrics_app = make_wsgi_app(export_registry())
+
+    def application(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        try:
+            path = environ.get("PATH_INFO", "")
+            if path == "/metrics":
+                return cast(Iterable[bytes], metrics_app(environ, start_response))
+            if path == "/healthz":
+                ok = _is_healthy(healthy)
+                status, body = (
+                    ("200 OK", b"ok\n") if ok else ("503 Service Unavailable", b"unhealthy\n")
+                )
+            else:
+                status, body = "404 Not Found", b"not found: try /metrics or /healthz\n"
+            start_response(status, [("Content-Type", "text/plain; charset=utf-8")])
+            return [body]
+        finally:
+            # Every request has a thread of its own; close the database
+            # connection the gauges opened in it rather than leak one per scrape.
+            connections.close_all()
+
+    return application
+
+
+def serve(
+    addr: str = DEFAULT_ADDR, port: int = 0, healthy: Callable[[], bool] = lambda: True
+) -> MetricsServer:
+    """Serve ``/metrics`` and ``/healthz`` on ``addr:port`` from a daemon thread.
+
+    ``/healthz`` answers 200 ``ok`` while ``healthy()`` returns ``True`` and 503
+    otherwise. The default address is loopback: exposing a worker's metrics is a
+    choice (``--metrics-addr 0.0.0.0``). Port 0 picks a free port; the returned
+    server's ``port`` says which.
+    """
+    family, _, _, _, sockaddr = socket.getaddrinfo(
+        addr, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    )[0]
+    server_class = type("MetricsHTTPServer", (_Server,), {"address_family": family})
+    httpd: WSGIServer = make_server(
+        str(sockaddr[0]), port, _application(healthy), server_class, handler_class=_QuietHandler
+    )
+    thread = threading.Thread(
+        target=httpd.serve_forever, name="django-intents-metrics", daemon=True
+    )
+    thread.start()
+    return MetricsServer(httpd, thread)

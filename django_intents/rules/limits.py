@@ -1,0 +1,176 @@
+"""Per-kind concurrency limits (``INTENTS["LIMITS"]``, SPEC §10): the rule, in one place.
+
+A limit caps how many intents of a kind run at once across every pool on the
+database (``running``), and how many of them share one ``target``
+(``per_target``). The claim enforces it (``backends/limited.py``): under a
+lock that serialises the claims of the limited kinds, it counts the live
+leases, walks the due intents in claim order and admits each one that still
+fits. One that does not stays ``pending``, where it was in the order, and
+takes no worker; an expired lease no longer counts, so a crashed pool's
+slots free themselves when its leases run out.
+
+The admission is Python, not SQL, on purpose: the same few lines serve the
+three databases, the admin and the gauge (what a limit holds back), and a
+test can read the rule here.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from django_intents.rules.identity import check_text
+
+if TYPE_CHECKING:
+    from django_intents.rules.intent import IntentRow
+
+KEYS = ("running", "per_target")
+
+
+@dataclass(frozen=True)
+class Limit:
+    """The caps of one kind; ``None`` leaves that side unlimited."""
+
+    running: int | None = None
+    per_target: int | None = None
+
+
+Limits = Mapping[str, Limit]
+Running = Mapping[tuple[str, str], int]  # live leases per (kind, target)
+
+
+def parse(value: Any) -> dict[str, Limit]:
+    """``INTENTS["LIMITS"]`` checked; raises ``ValueError`` naming what is wrong.
+
+    Refused: anything but a non-empty dict of kind -> non-empty dict, a key
+    other than ``running`` and ``per_target``, and a value that is not a
+    positive ``int`` (``True`` included, though Python calls it 1). An empty
+    dict is refused at both levels: it limits nothing, so it is a mistake
+    more often than a choice; leave the key out instead.
+    """
+    if not isinstance(value, Mapping):
+        raise ValueError(
+            f"must be a dict of kind -> {{'running': N, 'per_target': K}}, not {value!r}"
+        )
+    if not value:
+        raise ValueError("is empty: it limits nothing; leave LIMITS out or name a kind")
+    limits = {}
+    for kind, caps in value.items():
+        try:
+            check_text("kind", kind)
+        except ValueError as exc:
+            raise ValueError(f"has a bad kind {kind!r}: {exc}") from None
+        if not isinstance(caps, Mapping) or not caps:
+            raise ValueError(
+                f"[{kind!r}] must be a non-empty dict with 'running' and/or 'per_target', "
+                f"not {caps!r}"
+            )
+        unknown = sorted(str(key) for key in caps if key not in KEYS)
+        if unknown:
+            raise ValueError(
+                f"[{kind!r}] has unknown key(s) {', '.join(unknown)}; known: running, per_target"
+            )
+        for key, cap in caps.items():
+            if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
+                raise ValueError(f"[{kind!r}][{key!r}] must be a positive integer, not {cap!r}")
+        limits[kind] = Limit(running=caps.get("running"), per_target=caps.get("per_target"))
+    return limits
+
+
+def applying(limits: Limits, kinds: Iterable[str] | None) -> dict[str, Limit]:
+    """The limits a claim of ``kinds`` (``None``: every kind) must apply."""
+    if kinds is None:
+        return dict(limits)
+    return {kind: limits[kind] for kind in kinds if kind in limits}
+
+
+class Admission:
+    """Which due intents fit under the limits, given the leases live right now."""
+
+    def __init__(self, limits: Limits, running: Running) -> None:
+        self._limits = limits
+        self._pairs: Counter[tuple[str, str]] = Counter(running)
+        self._kinds: Counter[str] = Counter()
+        self.refused = 0
+        for (kind, _), count in running.items():
+            self._kinds[kind] += count
+
+    def full(self) -> tuple[list[str], list[tuple[str, str]]]:
+        """The kinds, and the (kind, target) pairs, that can take nothing more now.
+
+        A claim leaves them out of its scan, so a dead target's backlog at the
+        head of the queue does not crowd out the intents behind it.
+        """
+        kinds = [
+            kind
+            for kind, limit in self._limits.items()
+            if limit.running is not None and self._kinds[kind] >= limit.running
+        ]
+        pairs = [
+            (kind, target)
+            for (kind, target), count in self._pairs.items()
+            if kind not in kinds
+            and (cap := self._limits[kind].per_target) is not None
+            and count >= cap
+        ]
+        return kinds, pairs
+
+    def fits(self, kind: str, target: str) -> bool:
+        """Whether one more intent of ``kind`` for ``target`` may run; if so, count it."""
+        limit = self._limits.get(kind)
+        if limit is None:
+            return True
+        if limit.running is not None and self._kinds[kind] >= limit.running:
+            return False
+        if limit.per_target is not None and self._pairs[kind, target] >= limit.per_target:
+            return False
+        self._kinds[kind] += 1
+        self._pairs[kind, target] += 1
+        return True
+
+    def admit(self, intents: Iterable[IntentRow], limit: int) -> list[IntentRow]:
+        """The first ``limit`` of ``intents`` (in claim order) that fit, counting each one in;
+        ``refused`` counts those passed over on the way."""
+        chosen: list[IntentRow] = []
+        for intent in intents:
+            if len(chosen) >= limit:
+                break
+            if self.fits(intent.kind, intent.target):
+                chosen.append(intent)
+            else:
+                self.refused += 1
+        return chosen
+
+
+def held_back(
+    limits: Limits, due: Mapping[tuple[str, str], int], running: Running
+) -> dict[str, int]:
+    """Per limited kind, how many due intents its limit keeps from running now.
+
+    ``due`` counts the due intents per (kind, target), ``running`` the live
+    leases. What fits is, per target, the room ``per_target`` leaves, and for
+    the kind at most the room ``running`` leaves; the rest is held back.
+    """
+    live: Counter[str] = Counter()
+    for (kind, _), count in running.items():
+        live[kind] += count
+    wanted: Counter[str] = Counter()
+    fitting: Counter[str] = Counter()
+    for (kind, target), count in due.items():
+        limit = limits.get(kind)
+        if limit is None:
+            continue
+        wanted[kind] += count
+        room = count
+        if limit.per_target is not None:
+            room = min(count, max(limit.per_target - running.get((kind, target), 0), 0))
+        fitting[kind] += room
+    held = {}
+    for kind, limit in limits.items():
+        fits = fitting[kind]
+        if limit.running is not None:
+            fits = min(fits, max(limit.running - live[kind], 0))
+        held[kind] = wanted[kind] - fits
+    return held

@@ -1,0 +1,155 @@
+"""What a pool does besides its work: prove it is alive, say how it goes, prune.
+
+``Liveness`` backs ``/healthz``: a pool is healthy while its loop runs and has
+reached the database lately, so a loop stuck in an outage or a hung query
+turns the probe red. An idle pool touches the database on purpose now and
+then, so that being quiet is not mistaken for being stuck. The loop writes
+two values here; the metrics server's thread only reads them.
+
+``Housekeeping`` logs the throughput once per report interval, applies
+``INTENTS["RETENTION"]`` a little at a time (one small batch a minute, at a
+jittered offset so that pools started together do not prune together), and
+enqueues the due slots of the schedules whose kind the pool runs, once a
+second (``ScheduleTick``).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections import Counter
+from collections.abc import Iterable
+
+from django.db.backends.base.base import BaseDatabaseWrapper
+
+from django_intents.conf import get_settings
+from django_intents.maintenance import retention
+from django_intents.maintenance.schedules import enqueue_due, schedules
+from django_intents.signals import Outcome
+from django_intents.worker import log
+from django_intents.worker.outage import cause_text
+
+PRUNE_INTERVAL = 60.0
+PRUNE_BATCH_SIZE = 100
+SCHEDULE_INTERVAL = 1.0  # SPEC §11: a pool enqueues its due slots at least once a second
+
+
+class Liveness:
+    """When the loop last completed a database round trip."""
+
+    def __init__(self, poll_interval: float) -> None:
+        self.window = max(10.0, 3 * poll_interval)  # /healthz fails after this long unreached
+        self._alive = False
+        self._reached_at = 0.0
+
+    def start(self) -> None:
+        self._alive = True
+        self._reached_at = time.monotonic()
+
+    def stop(self) -> None:
+        self._alive = False
+
+    def reached(self) -> None:
+        self._reached_at = time.monotonic()
+
+    def healthy(self) -> bool:
+        return self._alive and time.monotonic() - self._reached_at <= self.window
+
+    def keep_alive(self, connection: BaseDatabaseWrapper) -> None:
+        """Touch the database when nothing else did lately, so ``healthy()`` means it."""
+        if time.monotonic() < self.wake_at():
+            return
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+        self.reached()
+
+    def wake_at(self) -> float:
+        return self._reached_at + self.window / 2
+
+
+class ScheduleTick:
+    """``enqueue_due`` for the pool's kinds once a second, on the pool's connection.
+
+    A pool without schedules of its kinds never queries: the tick then never
+    wakes the loop either. A failure is logged once, until a tick works again;
+    the slot is enqueued by the next tick that works, while it is still due,
+    or by catch-up after that.
+    """
+
+    def __init__(self, kinds: Iterable[str], using: str) -> None:
+        self._kinds = list(kinds)
+        self._using = using
+        self._next = 0.0
+        self._failing = False
+
+    def wake_at(self) -> float:
+        return self._next if schedules(self._kinds) else math.inf
+
+    def run_due(self, now: float) -> None:
+        if now < self._next:
+            return
+        self._next = now + SCHEDULE_INTERVAL
+        try:
+            enqueue_due(kinds=self._kinds, using=self._using)
+        except Exception as exc:  # housekeeping must never stop the pool
+            if not self._failing:
+                log.warning("enqueuing due schedule slots failed: %s", cause_text(exc))
+            self._failing = True
+        else:
+            if self._failing:
+                log.info("enqueuing due schedule slots works again")
+            self._failing = False
+
+
+class Housekeeping:
+    """The throughput report, retention pruning and schedules, each on its own clock."""
+
+    def __init__(self, *, report_interval: float, kinds: Iterable[str], using: str) -> None:
+        self._report_interval = report_interval
+        self._using = using
+        self._retention = get_settings().retention is not None
+        self._schedules = ScheduleTick(kinds, using)
+        self._outcomes: Counter[Outcome] = Counter()
+        self._since = self._next_report = self._next_prune = 0.0
+
+    def start(self) -> None:
+        self._since = time.monotonic()
+        self._next_report = self._since + self._report_interval
+        self._next_prune = self._since + random.uniform(0, PRUNE_INTERVAL)  # noqa: S311
+        # Before the first claim, so a due slot is claimable from the first turn
+        # (a --drain pool runs the slot that was due when it started).
+        self._schedules.run_due(self._since)
+
+    def count(self, outcome: Outcome) -> None:
+        self._outcomes[outcome] += 1
+
+    def wake_at(self) -> float:
+        prune = self._next_prune if self._retention else math.inf
+        return min(self._next_report, prune, self._schedules.wake_at())
+
+    def run_due(self, *, running: int) -> None:
+        now = time.monotonic()
+        if now >= self._next_report:
+            self._report(now, running)
+        if self._retention and now >= self._next_prune:
+            self._next_prune = now + PRUNE_INTERVAL
+            try:
+                retention.prune(batch_size=PRUNE_BATCH_SIZE, max_batches=1, using=self._using)
+            except Exception as exc:  # housekeeping must never stop the pool
+                log.warning("retention pruning failed: %s", cause_text(exc))
+        self._schedules.run_due(now)
+
+    def _report(self, now: float, running: int) -> None:
+        elapsed = max(now - self._since, 1e-9)
+        total = sum(self._outcomes.values())
+        log.info(
+            "%d attempt(s) finished in the last %.0f s (%.2f/s): %s; %d running",
+            total,
+            elapsed,
+            total / elapsed,
+            ", ".join(f"{self._outcomes[outcome]} {outcome}" for outcome in Outcome),
+            running,
+        )
+        self._outcomes.clear()
+        self._since, self._next_report = now, now + self._report_interval
