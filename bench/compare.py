@@ -4,8 +4,11 @@
                             [--db sqlite,postgresql,mysql] [--workloads enqueue,drain]
 
 Each round runs ``bench/run.py --peers none`` from the ``before`` tree, then
-from the ``after`` tree, so that a drift of the machine (another process, the
-page cache, autovacuum) lands on both sides alike. Prints the median of every
+from the ``after`` tree (with ``--package-only``, the ``after`` tree's bench
+both times, on the ``before`` tree's package through ``BENCH_CODE``: for a
+``before`` whose bench lacks an option, such as ``--drain-n``), so that a
+drift of the machine (another process, the page cache, autovacuum) lands on
+both sides alike. Prints the median of every
 figure per side and the change. A refactoring that claims "behaviour and speed
 unchanged" shows it here (docs/benchmarks.md); make the ``before`` tree with
 ``git worktree add --detach ../before <commit>``.
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -41,6 +45,11 @@ def figures(report: dict[str, Any]) -> dict[tuple[str, str], float]:
 
 
 def run(tree: Path, args: argparse.Namespace) -> dict[tuple[str, str], float]:
+    env = dict(os.environ)
+    if args.package_only:
+        if tree != args.after.resolve():
+            env["BENCH_CODE"] = str(tree)
+        tree = args.after.resolve()
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "report.json"
         command = [
@@ -54,9 +63,11 @@ def run(tree: Path, args: argparse.Namespace) -> dict[tuple[str, str], float]:
             args.workloads,
             "--json",
             str(out),
+            *(["--drain-n", str(args.drain_n)] if args.drain_n else []),
+            *(["--drain-workers", args.drain_workers] if args.drain_workers else []),
         ]
         print(f"-- {tree}: {' '.join(command[2:])}", file=sys.stderr, flush=True)
-        subprocess.run(command, cwd=tree, check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(command, cwd=tree, env=env, check=True, stdout=subprocess.DEVNULL)
         return figures(json.loads(out.read_text()))
 
 
@@ -68,6 +79,13 @@ def main() -> int:
     parser.add_argument("--db", default="sqlite,postgresql,mysql")
     parser.add_argument("--workloads", default="enqueue,drain")
     parser.add_argument("--json", type=Path, help="write every run's figures to this file")
+    parser.add_argument("--drain-n", type=int, help="intents per drain (bench/run.py's default)")
+    parser.add_argument("--drain-workers", help="the drain's --workers, comma-separated")
+    parser.add_argument(
+        "--package-only",
+        action="store_true",
+        help="run the after tree's bench both times; only the package differs (BENCH_CODE)",
+    )
     args = parser.parse_args()
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")

@@ -158,6 +158,10 @@ def main() -> int:
         help="databases the processes workload runs on (default: postgresql; with --quick, "
         "every database)",
     )
+    parser.add_argument("--drain-n", type=int, help="intents per drain (default 2,000)")
+    parser.add_argument(
+        "--drain-workers", help="comma-separated --workers of the drain (default 1,4,8)"
+    )
     parser.add_argument("--json", type=Path, help="write every figure to this file")
     args = parser.parse_args()
     dbs = [db for db in args.db.split(",") if db]
@@ -178,6 +182,10 @@ def main() -> int:
         "relay_dbs": args.relay_db.split(","),
         "processes_dbs": args.processes_db.split(",") if args.processes_db else large_default,
     }
+    if args.drain_n:
+        sizes["drain"] = args.drain_n
+    if args.drain_workers:
+        sizes["workers"] = [int(w) for w in args.drain_workers.split(",")]
     missing = [p for p in peers if not _installed(p)]
     peers = [p for p in peers if p not in missing]
 

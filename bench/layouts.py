@@ -1,0 +1,279 @@
+"""What each storage layout costs the PostgreSQL server per intent (issue 38: measure, then choose).
+
+    .venv/bin/python bench/layouts.py [--n 20000] [--batch 100] [--history 0]
+        [--layouts today,lean,split,split_keys] [--rounds 3] [--snapshot] [--json out.json]
+
+No Python queue runs here: each layout is a schema and the statements a pool
+would send to it (enqueue in batches, claim in batches with ``FOR UPDATE SKIP
+LOCKED``, complete in batches fenced by token), sent from one process over
+three connections, one per verb. What is measured is the *server's* side:
+the CPU time of each connection's backend process (``/proc/<pid>/stat``),
+divided by the intents it handled, and the WAL written per intent. The
+client's time does not enter, so the figures hold on a busy machine.
+
+Layouts:
+
+- ``today``: the table migration 0009 makes: the row stays, a claim and a
+  completion each update it in place (not HOT: indexed columns change), with
+  the primary key and seven indexes.
+- ``lean``: ``today`` without the indexes only the admin and retention use
+  (created, kind/state/event, finished): what those indexes cost the hot path.
+- ``split``: live intents in one table (primary key, claim, priority and
+  lease indexes), finished ones in another (primary key, created,
+  kind/state/event, finished); a completion moves the row in one statement
+  (``DELETE … RETURNING`` into ``INSERT``). Enqueue checks the finished
+  table for the id.
+- ``split_keys``: ``split`` with an insert-only table of ids that decides
+  idempotence, so that an enqueue racing a completion cannot resurrect it.
+
+``--history H`` stores H finished intents first; ``--snapshot`` holds a
+REPEATABLE READ snapshot open on a fourth connection for the whole run (the
+bloat pressure of "Postgres Job Queues & Failure By MVCC").
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+import uuid
+from typing import Any
+
+import psycopg
+
+DSN = os.environ.get("LAYOUTS_DSN", "host=127.0.0.1 user=postgres")
+TICK = os.sysconf("SC_CLK_TCK")
+
+COLUMNS = """
+    id varchar(64) NOT NULL PRIMARY KEY,
+    kind varchar(100) NOT NULL,
+    event_id varchar(255) NOT NULL,
+    target varchar(2048) NOT NULL,
+    payload jsonb,
+    state varchar(9) NOT NULL,
+    attempts integer NOT NULL CHECK (attempts >= 0),
+    next_at timestamptz NOT NULL,
+    created_at timestamptz NOT NULL,
+    updated_at timestamptz NOT NULL,
+    last_error text NOT NULL,
+    claim_token varchar(32) NOT NULL,
+    claim_until timestamptz,
+    snoozes integer NOT NULL DEFAULT 0 CHECK (snoozes >= 0),
+    priority smallint NOT NULL DEFAULT 0 CHECK (priority >= -100 AND priority <= 100),
+    trace_context varchar(1024) NOT NULL DEFAULT ''
+"""
+ACTIVE = "(state = 'pending' OR state = 'running')"
+LIVE_INDEXES = f"""
+CREATE INDEX {{t}}_claimable ON {{t}} (next_at, created_at, id, priority) WHERE {ACTIVE};
+CREATE INDEX {{t}}_high ON {{t}} (priority DESC, next_at, created_at, id)
+    WHERE {ACTIVE} AND priority > 0;
+CREATE INDEX {{t}}_low ON {{t}} (priority DESC, next_at, created_at, id)
+    WHERE {ACTIVE} AND priority < 0;
+CREATE INDEX {{t}}_lease ON {{t}} (claim_until) WHERE state = 'running';
+"""
+ADMIN_INDEXES = """
+CREATE INDEX {t}_created ON {t} (created_at, id);
+CREATE INDEX {t}_kse ON {t} (kind, state, event_id);
+CREATE INDEX {t}_finished ON {t} (updated_at) WHERE state = 'completed' OR state = 'cancelled';
+"""
+SCHEMAS = {
+    "today": f"CREATE TABLE intents ({COLUMNS});"
+    + LIVE_INDEXES.format(t="intents")
+    + ADMIN_INDEXES.format(t="intents"),
+    "lean": f"CREATE TABLE intents ({COLUMNS});" + LIVE_INDEXES.format(t="intents"),
+    "split": f"CREATE TABLE intents ({COLUMNS}); CREATE TABLE done ({COLUMNS});"
+    + LIVE_INDEXES.format(t="intents")
+    + ADMIN_INDEXES.format(t="done"),
+}
+SCHEMAS["split_keys"] = SCHEMAS["split"] + "CREATE TABLE keys (id varchar(64) PRIMARY KEY);"
+
+INSERT_ROWS = (
+    "SELECT v.id, 'noop', v.id, 'https://partner.example/', '{}'::jsonb, 'pending', 0, "
+    "now(), now(), now(), '', '', NULL::timestamptz, 0, 0::smallint, '' "
+    "FROM unnest(%s::text[]) AS v(id)"
+)
+ENQUEUE = {
+    "today": f"INSERT INTO intents {INSERT_ROWS} ON CONFLICT (id) DO NOTHING",
+    "split": f"INSERT INTO intents {INSERT_ROWS} "
+    "WHERE NOT EXISTS (SELECT 1 FROM done d WHERE d.id = v.id) ON CONFLICT (id) DO NOTHING",
+    "split_keys": "WITH k AS (INSERT INTO keys SELECT unnest(%s::text[]) "
+    "ON CONFLICT DO NOTHING RETURNING id) "
+    f"INSERT INTO intents {INSERT_ROWS.replace('unnest(%s::text[]) AS v(id)', 'k AS v')}",
+}
+ENQUEUE["lean"] = ENQUEUE["today"]
+CLAIM = (
+    "WITH due AS MATERIALIZED (SELECT id FROM intents WHERE "
+    f"{ACTIVE} AND next_at <= now() AND NOT (state = 'running' AND claim_until > now()) "
+    "AND priority = 0 ORDER BY next_at, created_at, id LIMIT %s FOR UPDATE SKIP LOCKED) "
+    "UPDATE intents AS t SET state = 'running', attempts = t.attempts + 1, "
+    "claim_token = md5(%s || t.id), claim_until = now() + interval '30 seconds', "
+    "updated_at = now() FROM due WHERE t.id = due.id RETURNING t.id, t.claim_token"
+)
+COMPLETE_IN_PLACE = (
+    "UPDATE intents AS t SET state = 'completed', claim_token = '', claim_until = NULL, "
+    "updated_at = now() FROM unnest(%s::text[], %s::text[]) AS v(id, token) "
+    "WHERE t.id = v.id AND t.claim_token = v.token"
+)
+COMPLETE_MOVE = (
+    "WITH moved AS (DELETE FROM intents AS t USING unnest(%s::text[], %s::text[]) "
+    "AS v(id, token) WHERE t.id = v.id AND t.claim_token = v.token RETURNING t.*) "
+    "INSERT INTO done SELECT id, kind, event_id, target, payload, 'completed', attempts, "
+    "next_at, created_at, now(), last_error, '', NULL, snoozes, priority, trace_context "
+    "FROM moved"
+)
+COMPLETE = {
+    "today": COMPLETE_IN_PLACE,
+    "lean": COMPLETE_IN_PLACE,
+    "split": COMPLETE_MOVE,
+    "split_keys": COMPLETE_MOVE,
+}
+
+
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU of one server process so far."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+class Verb:
+    """One connection that sends one kind of statement, and the server CPU it cost."""
+
+    def __init__(self, dbname: str) -> None:
+        self.conn = psycopg.connect(f"{DSN} dbname={dbname}", autocommit=True)
+        self.pid = self.conn.execute("SELECT pg_backend_pid()").fetchone()[0]
+        self.cpu = 0.0
+
+    def run(self, sql: str, params: Any) -> list[Any]:
+        before = cpu_seconds(self.pid)
+        cursor = self.conn.execute(sql, params)
+        rows = cursor.fetchall() if cursor.description else []
+        self.cpu += cpu_seconds(self.pid) - before
+        return rows
+
+
+def wal(conn: psycopg.Connection[Any]) -> int:
+    return int(conn.execute("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn").fetchone()[0])
+
+
+def one_run(layout: str, n: int, batch: int, history: int, snapshot: bool) -> dict[str, Any]:
+    dbname = f"layouts_{layout}"
+    with psycopg.connect(DSN, autocommit=True) as admin:
+        admin.execute(f"DROP DATABASE IF EXISTS {dbname} WITH (FORCE)")
+        admin.execute(f"CREATE DATABASE {dbname}")
+    with psycopg.connect(f"{DSN} dbname={dbname}", autocommit=True) as setup:
+        setup.execute(SCHEMAS[layout])
+        if history:
+            table = "done" if layout.startswith("split") else "intents"
+            setup.execute(
+                f"INSERT INTO {table} SELECT md5('h' || g), 'noop', 'h' || g, 't', '{{}}', "
+                "'completed', 1, now(), now(), now(), '', '', NULL, 0, 0, '' "
+                "FROM generate_series(1, %s) AS g",
+                [history],
+            )
+            if layout == "split_keys":
+                setup.execute("INSERT INTO keys SELECT id FROM done")
+        setup.execute("VACUUM ANALYZE")
+        holder = None
+        if snapshot:
+            holder = psycopg.connect(f"{DSN} dbname={dbname}")
+            holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+            holder.execute("SELECT count(*) FROM pg_class").fetchone()
+        enqueue, claim, complete = Verb(dbname), Verb(dbname), Verb(dbname)
+        started_wal, started = wal(setup), time.perf_counter()
+        ids = [uuid.uuid4().hex for _ in range(n)]
+        for at in range(0, n, batch):
+            enqueue.run(ENQUEUE[layout], [ids[at : at + batch]])
+        done = 0
+        salt = uuid.uuid4().hex
+        claim_seconds: list[float] = []
+        while done < n:
+            t0 = time.perf_counter()
+            claimed = claim.run(CLAIM, [batch, salt])
+            claim_seconds.append(time.perf_counter() - t0)
+            if not claimed:
+                break
+            complete.run(COMPLETE[layout], [[r[0] for r in claimed], [r[1] for r in claimed]])
+            done += len(claimed)
+        seconds = time.perf_counter() - started
+        written = wal(setup) - started_wal
+        left = setup.execute("SELECT count(*) FROM intents WHERE state <> 'completed'").fetchone()[
+            0
+        ]
+        size = setup.execute("SELECT pg_database_size(current_database())").fetchone()[0]
+        if holder is not None:
+            holder.close()
+        for verb in (enqueue, claim, complete):
+            verb.conn.close()
+    if done != n or left:
+        raise RuntimeError(f"{layout}: {done} of {n} completed, {left} left unfinished")
+    claim_seconds.sort()
+    return {
+        "layout": layout,
+        "enqueue_us": enqueue.cpu / n * 1e6,
+        "claim_us": claim.cpu / n * 1e6,
+        "complete_us": complete.cpu / n * 1e6,
+        "server_us": (enqueue.cpu + claim.cpu + complete.cpu) / n * 1e6,
+        "wal_bytes": written / n,
+        "claim_p99_ms": claim_seconds[int(len(claim_seconds) * 0.99)] * 1000,
+        "per_s": n / seconds,
+        "db_mb": size / 2**20,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--n", type=int, default=20_000)
+    parser.add_argument("--batch", type=int, default=100)
+    parser.add_argument("--history", type=int, default=0)
+    parser.add_argument("--layouts", default=",".join(SCHEMAS))
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--snapshot", action="store_true")
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    layouts = args.layouts.split(",")
+    unknown = [layout for layout in layouts if layout not in SCHEMAS]
+    if unknown:
+        parser.error(f"unknown layouts {unknown}; choose from {', '.join(SCHEMAS)}")
+    runs = []
+    for number in range(args.rounds):
+        for layout in layouts[number % len(layouts) :] + layouts[: number % len(layouts)]:
+            result = one_run(layout, args.n, args.batch, args.history, args.snapshot)
+            runs.append(result)
+            print(
+                json.dumps(
+                    {k: round(v, 1) if isinstance(v, float) else v for k, v in result.items()}
+                ),
+                file=sys.stderr,
+                flush=True,
+            )
+    keys = [
+        "enqueue_us",
+        "claim_us",
+        "complete_us",
+        "server_us",
+        "wal_bytes",
+        "claim_p99_ms",
+        "per_s",
+        "db_mb",
+    ]
+    print("| layout | " + " | ".join(keys) + " |")
+    print("|---" * (len(keys) + 1) + "|")
+    for layout in layouts:
+        mine = [r for r in runs if r["layout"] == layout]
+        print(
+            f"| {layout} | "
+            + " | ".join(f"{statistics.median(r[k] for r in mine):,.1f}" for k in keys)
+            + " |"
+        )
+    if args.json:
+        with open(args.json, "w") as out:
+            json.dump({"args": vars(args), "runs": runs}, out, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
