@@ -8,8 +8,9 @@ from decimal import Decimal
 
 import pytest
 from django.test import Client, override_settings
+from prometheus_client import REGISTRY
 
-from django_intents import Attempt, Stop
+from django_intents import Attempt, Stop, metrics
 from django_intents.models import Intent
 from django_intents.schedules import enqueue_due
 from example_project import settings as example_settings
@@ -60,3 +61,13 @@ def test_the_shop_admin_lists_the_digest_schedule(admin_client: Client):
     page = admin_client.get(CHANGELIST).content.decode()
     assert '<tr data-schedule="daily-digest">' in page
     assert '<td data-slot="last">2026-07-02T04:00:00Z</td>' in page
+
+
+@SHOP_INTENTS
+def test_the_digest_keeps_its_own_metric_label_without_metric_kinds():
+    assert "METRIC_KINDS" not in example_settings.INTENTS
+    [id] = enqueue_due(now=PARIS_MORNING, kinds=["digest"])
+    assert metrics.kind_label("digest") == "digest"  # declared by INTENTS["HANDLERS"]
+    metrics.QUEUE.invalidate()
+    assert REGISTRY.get_sample_value("django_intents_pending", {"kind": "digest"}) == 1
+    assert Intent.objects.get(pk=id).state == "pending"
