@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import glob
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -70,6 +71,10 @@ WHEEL_MUST_HOLD = [
     "django_intents/templates/admin/django_intents/intent/summary.html",
     "django_intents/migrations/0001_initial.py",
 ]
+# PyPI shows these beside the description, and the README links to nothing else
+# the wheel does not carry: a relative link or image there leads nowhere on PyPI.
+PROJECT_URLS = ("Homepage", "Documentation", "Changelog", "Issues")
+RELATIVE_TARGET = re.compile(r"\]\((?!https?://|#)[^)\s]+\)|<img\s[^>]*src=\"(?!https?://)[^\"]*\"")
 STAGES = ("tests", "packaging", "quickstart", "docs")
 DATABASES = {
     "sqlite": None,
@@ -448,6 +453,18 @@ def dist_problems(wheel: Path, sdist: Path) -> list[str]:
     ]
     if "Description-Content-Type: text/markdown" not in metadata:
         problems.append("METADATA does not say the README is Markdown")
+    headers, _, description = metadata.partition("\n\n")
+    problems += [
+        f"METADATA has no Project-URL {name}"
+        for name in PROJECT_URLS
+        if f"Project-URL: {name}, https://" not in headers
+    ]
+    if "Provides-Extra: bench" in headers:
+        problems.append("the benchmark peers are a public extra, not the bench group")
+    problems += [
+        f"the long description points at {found.group(0)}, which PyPI cannot follow"
+        for found in RELATIVE_TARGET.finditer(description)
+    ]
     with tarfile.open(sdist) as archive:
         members = {name.split("/", 1)[-1] for name in archive.getnames()}
     wanted = {"LICENSE", "CHANGELOG.md", "README.md", "tests/settings.py", "docs/reference.md"}
