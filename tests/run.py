@@ -195,6 +195,21 @@ def run(cmd: list[str], env: dict[str, str] | None = None) -> int:
     return subprocess.run(cmd, cwd=ROOT, env=env, check=False).returncode
 
 
+def run_quietly(cmd: list[str]) -> int:
+    """``run``, with the command's output shown only if it fails.
+
+    A build's hundreds of lines of setuptools progress would bury the results;
+    when it fails, they are what says why.
+    """
+    say("$ " + " ".join(cmd))
+    done = subprocess.run(
+        cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False
+    )
+    if done.returncode:
+        print(done.stdout, end="", flush=True)
+    return done.returncode
+
+
 def static_checks(venv: Path) -> list[str]:
     py = str(venv / "bin" / "python")
     failures = []
@@ -390,9 +405,13 @@ def main() -> int:
         else:
             print(f"  note: {message}; the reasons are beside each line")
     print("=" * 60)
-    print(
-        f"total: {totals['passed']} passed, {totals['failed']} failed, {totals['skipped']} skipped"
-    )
+    if suites:
+        # The last line, which CI reads; with no suite run (--only packaging,docs)
+        # a total of "0 passed" would read as a suite that found nothing to run.
+        print(
+            f"total: {totals['passed']} passed, {totals['failed']} failed, "
+            f"{totals['skipped']} skipped"
+        )
     return 1 if failed else 0
 
 
@@ -432,8 +451,9 @@ def build_dist(venv: Path, out: Path) -> tuple[list[str], Path | None]:
     # deleted from the source would still ship from a stale copy.
     shutil.rmtree(ROOT / "build", ignore_errors=True)
     # --no-isolation: the backend comes from .venv-build, so a build needs no network.
-    if run([str(venv / "bin" / "python"), "-m", "build", "--no-isolation", "-o", str(out), "."]):
-        return ["python -m build"], None
+    build = [str(venv / "bin" / "python"), "-m", "build", "--no-isolation", "-o", str(out), "."]
+    if run_quietly(build):
+        return ["python -m build (output above)"], None
     wheels, sdists = sorted(out.glob("*.whl")), sorted(out.glob("*.tar.gz"))
     if len(wheels) != 1 or len(sdists) != 1:
         return [f"expected one wheel and one sdist in {out}"], None
