@@ -525,15 +525,43 @@ def stage_quickstart(wheel: Path | None) -> str:
     return "FAILED: tests/quickstart.py (output above)" if run(script) else "ok"
 
 
+def site_link_problems(site: Path) -> list[str]:
+    """Links of the built pages that a browser on ``file://`` cannot follow to a page.
+
+    The README says to open ``.tmp/site/index.html`` from disk, where a link
+    to ``workers/`` shows a directory listing instead of the page: every
+    relative link must name a file of the site. ``404.html`` is left out: a
+    server shows it at any depth, so its links are absolute on purpose.
+    """
+    problems = []
+    for page in sorted(site.rglob("*.html")):
+        if page.name == "404.html":
+            continue
+        for href in re.findall(r'(?:href|src)="([^"]+)"', page.read_text()):
+            path = href.split("#", 1)[0]
+            if not path or re.match(r"[a-z][a-z0-9+.-]*:", path):
+                continue  # an anchor on the page, or another site
+            target = (page.parent / path).resolve()
+            if path.startswith("/") or not target.is_file():
+                problems.append(f"{page.relative_to(site)} links to {href}")
+    return problems
+
+
 def stage_docs() -> str:
     """Build the documentation site into .tmp/site; any warning fails (--strict)."""
     venv, why = tool_venv(".venv-docs")
     if venv is None:
         return f"skipped: {why}"
-    mkdocs = [str(venv / "bin" / "mkdocs"), "build", "--strict", "--site-dir", ".tmp/site"]
+    site = ROOT / ".tmp" / "site"
+    mkdocs = [str(venv / "bin" / "mkdocs"), "build", "--strict", "--site-dir", str(site)]
     # Material's notice about its successor (docs/index.md, Contributing) is not a build result.
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
-    return "FAILED: mkdocs build --strict (output above)" if run(mkdocs, env) else "ok"
+    if run(mkdocs, env):
+        return "FAILED: mkdocs build --strict (output above)"
+    problems = site_link_problems(site)
+    for problem in problems:
+        say(problem)
+    return f"FAILED: {len(problems)} links lead nowhere from file:// (above)" if problems else "ok"
 
 
 def once_stages(stages: set[str]) -> list[tuple[str, str]]:
