@@ -241,7 +241,7 @@ def io(suite: Suite, sizes: dict[str, Any]) -> list[dict[str, Any]]:
     if cls is None:
         return []
     adapter = cls()
-    # The HTTP clients and server come with the bench extra; the test venvs,
+    # The HTTP clients and server come with the bench group; the test venvs,
     # which run the smoke test, have neither, so those variants are skipped there.
     http = all(find_spec(name) is not None for name in ("aiohttp", "urllib3"))
     rows: list[dict[str, Any]] = []

@@ -30,7 +30,8 @@ Workloads (docs/benchmarks.md says what each measures and why):
 
 Each (system, database) pair runs in its own process (``bench/suite.py``) with
 its own database, ``bench_<system>``. Peers run when their package is
-installed: ``pip install -e '.[bench]'`` (Python 3.12+, Django 6).
+installed: ``pip install -e . --group bench`` (the ``bench`` dependency group of
+pyproject.toml, pip 25.1+; Python 3.12+, Django 6).
 """
 
 from __future__ import annotations

@@ -21,12 +21,9 @@ from django.dispatch import receiver
 from django_intents.rules.cron import Schedule
 from django_intents.rules.cron import parse as parse_schedules
 from django_intents.rules.identity import check_text
-from django_intents.rules.kinds import TASK_KIND
 from django_intents.rules.limits import Limit
 from django_intents.rules.limits import parse as parse_limits
 from django_intents.rules.states import TERMINAL
-
-DEFAULT_METRIC_KINDS = ("delivery", "push", "replication", "webhook", "job", TASK_KIND)
 
 
 @dataclass(frozen=True)
@@ -47,7 +44,9 @@ class IntentSettings:
     renew: float | None = None
     poll_interval: float = 0.1
     max_attempts: int | None = None
-    metric_kinds: tuple[str, ...] = DEFAULT_METRIC_KINDS
+    # None: the kinds the project declares (handlers.metric_kinds), known only
+    # once the handlers are registered, so they are not resolved here.
+    metric_kinds: tuple[str, ...] | None = None
     retention: Mapping[str, Retention] | None = None
     gauge_cache: float = 5.0
     db_error_timeout: float = 60.0
@@ -109,7 +108,9 @@ def _max_attempts(key: str, value: Any) -> int | None:
     return None if value is None else _positive_int(key, value)
 
 
-def _metric_kinds(key: str, value: Any) -> tuple[str, ...]:
+def _metric_kinds(key: str, value: Any) -> tuple[str, ...] | None:
+    if value is None:
+        return None
     if isinstance(value, str) or not isinstance(value, list | tuple | set | frozenset):
         raise SettingError(key, f"must be a sequence of kind names, not {value!r}")
     if not all(isinstance(kind, str) and kind for kind in value):

@@ -12,6 +12,8 @@ Enqueue refuses a kind that nothing runs (a typo would otherwise wait forever):
 :func:`check_kind` looks the kind up in :func:`known_kinds`, a frozenset built
 once per process (the ``handlers`` modules are imported then, the dotted paths
 are not) and rebuilt only when a handler is registered or settings change.
+The same declared kinds bound the metrics' ``kind`` label (:func:`metric_kinds`),
+cached and forgotten with it.
 
 This module must stay importable before the app registry is ready, because
 ``django_intents.handler`` is used at the top of ``handlers.py`` modules.
@@ -32,6 +34,7 @@ from django.utils.module_loading import autodiscover_modules, import_string
 
 from django_intents.conf import get_settings
 from django_intents.rules.identity import check_text
+from django_intents.rules.kinds import TASK_KIND
 
 if TYPE_CHECKING:
     from django_intents.attempt import Attempt
@@ -69,8 +72,8 @@ class HandlerRegistry:
             )
         self._registry[kind] = func
         # A handler registered after the first enqueue (a test, a late import)
-        # makes its kind known from then on.
-        known_kinds.cache_clear()
+        # makes its kind known, and labelled in metrics, from then on.
+        forget_kinds()
 
     def handler(self, kind: str) -> Callable[[H], H]:
         """Decorator: register the function as the handler of ``kind``."""
@@ -212,6 +215,27 @@ def known_kinds() -> frozenset[str]:
     return registry.kinds() | frozenset(settings.handlers) | settings.external_kinds
 
 
+@functools.cache
+def metric_kinds() -> frozenset[str]:
+    """The kinds that keep their name in the metrics' ``kind`` label; others are ``other``.
+
+    ``INTENTS["METRIC_KINDS"]`` when set; by default every kind the project
+    declares (:func:`known_kinds`) and the django.tasks kind: a finite set,
+    so a per-tenant or mistyped kind cannot multiply the series, while the
+    project's own kinds are never hidden under ``other``.
+    """
+    configured = get_settings().metric_kinds
+    if configured is not None:
+        return frozenset(configured)
+    return known_kinds() | {TASK_KIND}
+
+
+def forget_kinds() -> None:
+    """Drop the cached kind sets; they are rebuilt on their next use."""
+    known_kinds.cache_clear()
+    metric_kinds.cache_clear()
+
+
 def check_kind(kind: str) -> None:
     """Refuse ``kind`` unless something runs it; a typo would otherwise wait forever."""
     if kind in known_kinds():
@@ -239,7 +263,7 @@ def unhandled(due: Mapping[str, int]) -> dict[str, int]:
 
 def _forget_known_kinds(*, setting: str, **kwargs: Any) -> None:
     if setting in ("INTENTS", "INSTALLED_APPS"):
-        known_kinds.cache_clear()
+        forget_kinds()
 
 
 setting_changed.connect(_forget_known_kinds, dispatch_uid="django_intents.handlers.known")

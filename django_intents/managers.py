@@ -16,6 +16,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from asgiref.sync import sync_to_async
 from django.db import connections, models, router, transaction
 
 from django_intents.administrative import AdministrativeMethods
@@ -126,6 +127,33 @@ class IntentManager(  # type: ignore[misc]
                 kinds = backend.insert(unique[start : start + INSERT_BATCH])
                 self._announce(states.State.PENDING, kinds, backend)
         return [str(row["id"]) for row in rows]
+
+    # Django's ``a`` prefix (``QuerySet.aget``): the database is reached from a
+    # thread-sensitive executor, so an async view can enqueue without
+    # SynchronousOnlyOperation, and the validation errors arrive unchanged.
+
+    async def aenqueue(
+        self,
+        kind: str,
+        event_id: str,
+        target: str,
+        payload: Any = None,
+        *,
+        next_at: datetime | None = None,
+        id: str | None = None,
+        now: datetime | None = None,
+        priority: int | None = None,
+    ) -> str:
+        """Await :meth:`enqueue` from async code: same arguments, errors and idempotence."""
+        return await sync_to_async(self.enqueue)(
+            kind, event_id, target, payload, next_at=next_at, id=id, now=now, priority=priority
+        )
+
+    async def aenqueue_many(
+        self, items: Iterable[Mapping[str, Any]], *, now: datetime | None = None
+    ) -> list[str]:
+        """Await :meth:`enqueue_many` from async code: one invalid item still writes nothing."""
+        return await sync_to_async(self.enqueue_many)(items, now=now)
 
     # -- claim ---------------------------------------------------------------
 

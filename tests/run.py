@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import glob
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -70,6 +71,10 @@ WHEEL_MUST_HOLD = [
     "django_intents/templates/admin/django_intents/intent/summary.html",
     "django_intents/migrations/0001_initial.py",
 ]
+# PyPI shows these beside the description, and the README links to nothing else
+# the wheel does not carry: a relative link or image there leads nowhere on PyPI.
+PROJECT_URLS = ("Homepage", "Documentation", "Changelog", "Issues")
+RELATIVE_TARGET = re.compile(r"\]\((?!https?://|#)[^)\s]+\)|<img\s[^>]*src=\"(?!https?://)[^\"]*\"")
 STAGES = ("tests", "packaging", "quickstart", "docs")
 DATABASES = {
     "sqlite": None,
@@ -188,6 +193,21 @@ def reachable(vendor: str, venv: Path) -> str | None:
 def run(cmd: list[str], env: dict[str, str] | None = None) -> int:
     say("$ " + " ".join(cmd))
     return subprocess.run(cmd, cwd=ROOT, env=env, check=False).returncode
+
+
+def run_quietly(cmd: list[str]) -> int:
+    """``run``, with the command's output shown only if it fails.
+
+    A build's hundreds of lines of setuptools progress would bury the results;
+    when it fails, they are what says why.
+    """
+    say("$ " + " ".join(cmd))
+    done = subprocess.run(
+        cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False
+    )
+    if done.returncode:
+        print(done.stdout, end="", flush=True)
+    return done.returncode
 
 
 def static_checks(venv: Path) -> list[str]:
@@ -387,9 +407,13 @@ def main() -> int:
         else:
             print(f"  note: {message}; the reasons are beside each line")
     print("=" * 60)
-    print(
-        f"total: {totals['passed']} passed, {totals['failed']} failed, {totals['skipped']} skipped"
-    )
+    if suites:
+        # The last line, which CI reads; with no suite run (--only packaging,docs)
+        # a total of "0 passed" would read as a suite that found nothing to run.
+        print(
+            f"total: {totals['passed']} passed, {totals['failed']} failed, "
+            f"{totals['skipped']} skipped"
+        )
     return 1 if failed else 0
 
 
@@ -429,8 +453,9 @@ def build_dist(venv: Path, out: Path) -> tuple[list[str], Path | None]:
     # deleted from the source would still ship from a stale copy.
     shutil.rmtree(ROOT / "build", ignore_errors=True)
     # --no-isolation: the backend comes from .venv-build, so a build needs no network.
-    if run([str(venv / "bin" / "python"), "-m", "build", "--no-isolation", "-o", str(out), "."]):
-        return ["python -m build"], None
+    build = [str(venv / "bin" / "python"), "-m", "build", "--no-isolation", "-o", str(out), "."]
+    if run_quietly(build):
+        return ["python -m build (output above)"], None
     wheels, sdists = sorted(out.glob("*.whl")), sorted(out.glob("*.tar.gz"))
     if len(wheels) != 1 or len(sdists) != 1:
         return [f"expected one wheel and one sdist in {out}"], None
@@ -450,6 +475,18 @@ def dist_problems(wheel: Path, sdist: Path) -> list[str]:
     ]
     if "Description-Content-Type: text/markdown" not in metadata:
         problems.append("METADATA does not say the README is Markdown")
+    headers, _, description = metadata.partition("\n\n")
+    problems += [
+        f"METADATA has no Project-URL {name}"
+        for name in PROJECT_URLS
+        if f"Project-URL: {name}, https://" not in headers
+    ]
+    if "Provides-Extra: bench" in headers:
+        problems.append("the benchmark peers are a public extra, not the bench group")
+    problems += [
+        f"the long description points at {found.group(0)}, which PyPI cannot follow"
+        for found in RELATIVE_TARGET.finditer(description)
+    ]
     with tarfile.open(sdist) as archive:
         members = {name.split("/", 1)[-1] for name in archive.getnames()}
     wanted = {"LICENSE", "CHANGELOG.md", "README.md", "tests/settings.py", "docs/reference.md"}
@@ -490,15 +527,43 @@ def stage_quickstart(wheel: Path | None) -> str:
     return "FAILED: tests/quickstart.py (output above)" if run(script) else "ok"
 
 
+def site_link_problems(site: Path) -> list[str]:
+    """Links of the built pages that a browser on ``file://`` cannot follow to a page.
+
+    The README says to open ``.tmp/site/index.html`` from disk, where a link
+    to ``workers/`` shows a directory listing instead of the page: every
+    relative link must name a file of the site. ``404.html`` is left out: a
+    server shows it at any depth, so its links are absolute on purpose.
+    """
+    problems = []
+    for page in sorted(site.rglob("*.html")):
+        if page.name == "404.html":
+            continue
+        for href in re.findall(r'(?:href|src)="([^"]+)"', page.read_text()):
+            path = href.split("#", 1)[0]
+            if not path or re.match(r"[a-z][a-z0-9+.-]*:", path):
+                continue  # an anchor on the page, or another site
+            target = (page.parent / path).resolve()
+            if path.startswith("/") or not target.is_file():
+                problems.append(f"{page.relative_to(site)} links to {href}")
+    return problems
+
+
 def stage_docs() -> str:
     """Build the documentation site into .tmp/site; any warning fails (--strict)."""
     venv, why = tool_venv(".venv-docs")
     if venv is None:
         return f"skipped: {why}"
-    mkdocs = [str(venv / "bin" / "mkdocs"), "build", "--strict", "--site-dir", ".tmp/site"]
+    site = ROOT / ".tmp" / "site"
+    mkdocs = [str(venv / "bin" / "mkdocs"), "build", "--strict", "--site-dir", str(site)]
     # Material's notice about its successor (docs/index.md, Contributing) is not a build result.
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
-    return "FAILED: mkdocs build --strict (output above)" if run(mkdocs, env) else "ok"
+    if run(mkdocs, env):
+        return "FAILED: mkdocs build --strict (output above)"
+    problems = site_link_problems(site)
+    for problem in problems:
+        say(problem)
+    return f"FAILED: {len(problems)} links lead nowhere from file:// (above)" if problems else "ok"
 
 
 def once_stages(stages: set[str]) -> list[tuple[str, str]]:

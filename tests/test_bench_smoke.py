@@ -74,7 +74,7 @@ def test_quick_benchmark_on_sqlite_reports_every_workload(tmp_path):
         assert positive(row["per_s"]) and sum(row["shares"]) == pytest.approx(1)
 
     # The io workload: the timer variants always run (the HTTP ones only where
-    # the bench extra installed aiohttp and urllib3); every job ends where its
+    # the bench group installed aiohttp and urllib3); every job ends where its
     # variant says, succeeding or failing.
     io = {row["variant"]: row for row in result["io"]}
     assert {"time.sleep", "asyncio.sleep", "time.sleep, fails", "asyncio.sleep, fails"} <= set(io)

@@ -5,6 +5,7 @@ from django.core.checks import run_checks
 from django.core.exceptions import ImproperlyConfigured
 
 from django_intents.conf import Retention, get_settings
+from django_intents.handlers import metric_kinds
 from django_intents.rules.kinds import TASK_KIND
 
 
@@ -21,7 +22,7 @@ def test_defaults_match_the_spec(settings, request):
     assert (conf.workers, conf.lease, conf.renew_interval, conf.poll_interval) == (4, 30, 10, 0.1)
     assert conf.max_attempts is None
     assert conf.handlers == {}
-    assert conf.metric_kinds == ("delivery", "push", "replication", "webhook", "job", TASK_KIND)
+    assert conf.metric_kinds is None  # the declared kinds: handlers.metric_kinds()
     assert conf.external_kinds == frozenset()
     assert conf.retention is None
     assert intents_errors() == []
@@ -46,6 +47,17 @@ def test_valid_settings_are_read(settings):
     assert conf.retention == {"completed": Retention(timedelta(days=7), timedelta(days=90))}
     assert conf.external_kinds == {"billing.invoice"}
     assert intents_errors() == []
+
+
+def test_metric_kinds_none_means_the_kinds_the_project_declares(settings):
+    settings.INTENTS = {"METRIC_KINDS": None, "EXTERNAL_KINDS": ["billing.invoice"]}
+    assert get_settings().metric_kinds is None
+    assert intents_errors() == []
+    # EXTERNAL_KINDS, the @handler kinds of tests/testapp and the django.tasks kind.
+    assert metric_kinds() >= {"billing.invoice", "test.ok", "test.fail", TASK_KIND}
+    # "replication", of the old fixed list, is now declared nowhere (the suite's
+    # EXTERNAL_KINDS are replaced above, and no handler runs it).
+    assert "replication" not in metric_kinds()
 
 
 def test_settings_cache_follows_override_settings(settings):

@@ -14,7 +14,7 @@ from django.db import transaction
 from django.test import override_settings
 
 from django_intents import handlers
-from django_intents.handlers import known_kinds, registry
+from django_intents.handlers import forget_kinds, known_kinds, registry
 from django_intents.models import Intent
 from django_intents.rules.kinds import TASK_KIND
 
@@ -109,11 +109,11 @@ def test_a_handler_registered_after_the_first_enqueue_makes_its_kind_known(monke
     registry.register("late", lambda intent, attempt: None)
     Intent.objects.enqueue("late", "e", "t", now=T0)
     monkeypatch.undo()
-    known_kinds.cache_clear()
+    forget_kinds()
 
 
 def test_discovery_runs_once_and_enqueue_reads_a_cached_set(monkeypatch):
-    known_kinds.cache_clear()
+    forget_kinds()
     calls: list[Any] = []
     real = handlers.autodiscover_modules
     monkeypatch.setattr(handlers, "autodiscover_modules", lambda *a: calls.append(a) or real(*a))

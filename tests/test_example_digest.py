@@ -8,10 +8,12 @@ from decimal import Decimal
 
 import pytest
 from django.test import Client, override_settings
+from prometheus_client import REGISTRY
 
 from django_intents import Attempt, Stop
 from django_intents.maintenance.schedules import enqueue_due
 from django_intents.models import Intent
+from django_intents.observability import metrics
 from example_project import settings as example_settings
 
 from .shoputil import shop_app  # noqa: F401 - an autouse fixture: installs the shop
@@ -60,3 +62,13 @@ def test_the_shop_admin_lists_the_digest_schedule(admin_client: Client):
     page = admin_client.get(CHANGELIST).content.decode()
     assert '<tr data-schedule="daily-digest">' in page
     assert '<td data-slot="last">2026-07-02T04:00:00Z</td>' in page
+
+
+@SHOP_INTENTS
+def test_the_digest_keeps_its_own_metric_label_without_metric_kinds():
+    assert "METRIC_KINDS" not in example_settings.INTENTS
+    [id] = enqueue_due(now=PARIS_MORNING, kinds=["digest"])
+    assert metrics.kind_label("digest") == "digest"  # declared by INTENTS["HANDLERS"]
+    metrics.QUEUE.invalidate()
+    assert REGISTRY.get_sample_value("django_intents_pending", {"kind": "digest"}) == 1
+    assert Intent.objects.get(pk=id).state == "pending"

@@ -29,16 +29,20 @@ from django_prometheus.testutils import assert_metric_diff, get_metric, save_reg
 from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
+from django_intents.handlers import forget_kinds, metric_kinds, registry
 from django_intents.models import Intent
 from django_intents.observability import gauges, metrics
 from django_intents.rules.kinds import TASK_KIND
 from django_intents.signals import attempt_finished
 
+from . import settings as suite_settings
 from .conftest import T0, at, external_kinds, intents
 from .workerutil import Worker, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
-CONFIGURED = ("delivery", "push", "replication", "webhook", "job", TASK_KIND)
+# The kinds the suite declares when the app starts: its EXTERNAL_KINDS, the
+# handlers of tests/testapp/handlers.py and the django.tasks kind.
+DECLARED = {*suite_settings.EXTERNAL_KINDS, "test.ok", "test.fail", "test.stamp", TASK_KIND}
 LABELS = {
     "django_intents_pending": {"kind"},
     "django_intents_oldest_due_age_seconds": {"kind"},
@@ -139,9 +143,9 @@ def test_every_metric_has_exactly_its_spec_labels(client):
 
 
 @pytest.mark.django_db
-def test_children_of_the_configured_kinds_exist_before_any_work(client):
+def test_children_of_the_declared_kinds_exist_before_any_work(client):
     samples = scrape(client)
-    kinds = {*CONFIGURED, "other"}
+    kinds = {*DECLARED, "other"}
     assert label_sets(samples, "django_intents_transitions_total") >= {
         frozenset({"kind": k, "to": to}.items())
         for k in kinds
@@ -154,8 +158,11 @@ def test_children_of_the_configured_kinds_exist_before_any_work(client):
     }
     for name in ("django_intents_rescued_total", "django_intents_rescue_delay_seconds_count"):
         assert label_sets(samples, name) >= {frozenset({"kind": k}.items()) for k in kinds}
+    # The gauges list the kinds declared now (a test may have registered one more).
+    now_declared = {*metric_kinds(), "other"}
+    assert now_declared >= kinds
     for name in ("django_intents_pending", "django_intents_oldest_due_age_seconds"):
-        assert label_sets(samples, name) == {frozenset({"kind": k}.items()) for k in kinds}
+        assert label_sets(samples, name) == {frozenset({"kind": k}.items()) for k in now_declared}
 
 
 # -- counters after a known sequence ---------------------------------------------------
@@ -201,9 +208,9 @@ def test_known_sequence_moves_exactly_the_expected_series(client):
         series(moved, kind="webhook", to="completed"): 1,
         series(moved, kind="push", to="pending"): 1,
         series(moved, kind="push", to="cancelled"): 1,
-        series(moved, kind="other", to="pending"): 1,
-        series(moved, kind="other", to="running"): 1,
-        series(moved, kind="other", to="cancelled"): 1,
+        series(moved, kind="mystery", to="pending"): 1,  # declared in EXTERNAL_KINDS
+        series(moved, kind="mystery", to="running"): 1,
+        series(moved, kind="mystery", to="cancelled"): 1,
         series(moved, kind="job", to="pending"): 1,
         series(moved, kind="job", to="running"): 2,
         series(moved, kind="job", to="completed"): 1,
@@ -215,7 +222,7 @@ def test_known_sequence_moves_exactly_the_expected_series(client):
     }
     # b and c are the only pending rows; both have been due since January.
     assert after[series("django_intents_pending", kind="webhook")] == 2
-    for kind in ("push", "job", "other", "delivery", "replication"):
+    for kind in ("push", "job", "mystery", "other", "delivery", "replication"):
         assert after[series("django_intents_pending", kind=kind)] == 0
     oldest = min(Intent.objects.get(pk=id).next_at for id in (b, c))  # b's backoff or c's retry_now
     waited = (timezone.now() - oldest).total_seconds()
@@ -286,28 +293,90 @@ def test_transitions_are_counted_when_committed_and_never_when_rolled_back():
     assert count() == start + 1
 
 
-def test_task_intents_keep_their_own_label_by_default():
+def test_by_default_every_kind_the_project_declares_keeps_its_label():
+    assert metric_kinds() >= DECLARED
     assert metrics.kind_label(TASK_KIND) == TASK_KIND
-    assert metrics.kind_label("tenant-42-export") == "other"
+    assert metrics.kind_label("test.ok") == "test.ok"  # a @handler of tests/testapp
+    assert metrics.kind_label("webhook") == "webhook"  # an EXTERNAL_KINDS entry
+    assert metrics.kind_label("tenant-42-export") == "other"  # declared nowhere
 
 
-@external_kinds("tenant-42-export")
+def test_a_dotted_handler_path_declares_its_kind_for_metrics_without_importing_it():
+    with override_settings(INTENTS=intents(HANDLERS={"billing": "tests.testapp.handlers.dotted"})):
+        assert metrics.kind_label("billing") == "billing"
+    assert metrics.kind_label("billing") == "other"
+
+
+def test_the_default_labels_follow_a_change_of_external_kinds():
+    assert metrics.kind_label("billing.invoice") == "other"
+    with override_settings(INTENTS=intents(EXTERNAL_KINDS=["billing.invoice"])):
+        assert metrics.kind_label("billing.invoice") == "billing.invoice"
+        # The suite's own EXTERNAL_KINDS are replaced: "replication" has no handler.
+        assert metrics.kind_label("replication") == "other"
+        assert metrics.kind_label("test.ok") == "test.ok"  # still has its handler
+        assert metrics.kind_label(TASK_KIND) == TASK_KIND
+    assert metrics.kind_label("replication") == "replication"
+    assert metrics.kind_label("billing.invoice") == "other"
+
+
+def test_a_handler_registered_later_keeps_its_label_from_then_on(monkeypatch):
+    monkeypatch.setattr(registry, "_registry", dict(registry._registry))
+    assert metrics.kind_label("digest") == "other"
+    registry.register("digest", lambda intent, attempt: None)
+    assert metrics.kind_label("digest") == "digest"
+    monkeypatch.undo()
+    forget_kinds()
+    assert metrics.kind_label("digest") == "other"
+
+
+def test_metric_kinds_replaces_the_declared_kinds_when_set():
+    with override_settings(INTENTS=intents(METRIC_KINDS=["webhook"])):
+        assert metric_kinds() == {"webhook"}
+        assert metrics.kind_label("test.ok") == "other"
+        assert metrics.kind_label(TASK_KIND) == "other"
+    assert metrics.kind_label("test.ok") == "test.ok"
+
+
 @pytest.mark.django_db
-def test_unknown_kind_is_reported_as_other_everywhere(client, django_capture_on_commit_callbacks):
+def test_a_kind_with_a_handler_is_counted_and_gauged_under_its_own_name(
+    client, django_capture_on_commit_callbacks
+):
     before = scrape(client)
     with django_capture_on_commit_callbacks(execute=True):
-        Intent.objects.enqueue("tenant-42-export", "e", "t", now=T0)
+        Intent.objects.enqueue("test.ok", "e", "t", now=T0)
+    metrics.QUEUE.invalidate()  # the first scrape cached the gauges' rows
+    after = scrape(client)
+    assert changes(before, after) == {
+        series("django_intents_transitions_total", kind="test.ok", to="pending"): 1,
+    }
+    assert after[series("django_intents_pending", kind="test.ok")] == 1
+    assert after[series("django_intents_pending", kind="other")] == 0
+
+
+@pytest.mark.django_db
+def test_a_kind_the_project_does_not_declare_is_reported_as_other_everywhere(
+    client, django_capture_on_commit_callbacks
+):
+    with external_kinds("tenant-42-export"):  # run by a service this project no longer lists
+        id = Intent.objects.enqueue("tenant-42-export", "e", "t", now=T0)
+    before = scrape(client)
+    with django_capture_on_commit_callbacks(execute=True):
+        claimed = Intent.objects.claim(now=at(1))
+        assert claimed is not None and claimed.id == id
+        assert Intent.objects.retry(id, claimed.claim_token, "boom", now=at(2))
     attempt_finished.send(
         sender=Intent, kind="tenant-42-export", outcome="error", duration=0.2, intent=None
     )
     metrics.QUEUE.invalidate()
     after = scrape(client)
     assert changes(before, after) == {
+        series("django_intents_transitions_total", kind="other", to="running"): 1,
         series("django_intents_transitions_total", kind="other", to="pending"): 1,
         series("django_intents_handler_duration_seconds_count", kind="other", outcome="error"): 1,
         series("django_intents_handler_duration_seconds_sum", kind="other", outcome="error"): 0.2,
     }
     assert after[series("django_intents_pending", kind="other")] == 1
+    assert Intent.objects.get(pk=id).state == "pending"
     assert not any("tenant-42-export" in dict(labels).values() for _, labels in after)
 
 
@@ -416,7 +485,6 @@ def test_attempt_finished_with_an_unknown_outcome_is_a_bug_not_a_new_series():
 # -- scrape-time gauges --------------------------------------------------------------------
 
 
-@external_kinds("mystery", "enigma")
 @pytest.mark.django_db
 def test_pending_gauge_counts_pending_rows_per_kind(client):
     now = timezone.now()
@@ -435,7 +503,9 @@ def test_pending_gauge_counts_pending_rows_per_kind(client):
         {"kind": "enigma", "event_id": "e1", "target": "t"},
         {"kind": "enigma", "event_id": "e2", "target": "t"},
     ]
-    Intent.objects.enqueue_many(items, now=now - timedelta(seconds=5))
+    # mystery and enigma were declared when enqueued, by a service since gone.
+    with external_kinds("mystery", "enigma"):
+        Intent.objects.enqueue_many(items, now=now - timedelta(seconds=5))
     running = Intent.objects.claim(now=now, kinds=["push"])
     done = Intent.objects.claim(now=now, kinds=["job"])
     Intent.objects.complete(done.id, done.claim_token, now=now)
@@ -448,14 +518,13 @@ def test_pending_gauge_counts_pending_rows_per_kind(client):
         if name == "django_intents_pending"
     }
     assert pending == {
+        **dict.fromkeys(metric_kinds(), 0),  # every declared kind, the idle ones at 0
         "webhook": 3,  # the scheduled one too: pending means the state
         "push": 0,  # running is not pending
         "job": 0,  # completed
-        "other": 3,  # mystery and enigma, folded
-        "delivery": 0,
-        "replication": 0,
-        TASK_KIND: 0,
+        "other": 3,  # mystery and enigma, declared no more: folded
     }
+    assert {"delivery", "replication", "test.ok", TASK_KIND} <= set(pending)
 
 
 @external_kinds("mystery")
@@ -486,7 +555,7 @@ def test_oldest_due_age_measures_from_next_at_or_from_lease_expiry(client):
     assert 120 <= age["webhook"] < 150
     assert 300 <= age["push"] < 330
     assert age["job"] == 0
-    assert age["other"] == 0
+    assert age["mystery"] == age["other"] == 0  # mystery is not due yet
     assert age["delivery"] == age["replication"] == 0
 
 

@@ -401,8 +401,10 @@ def test_metrics_port_serves_health_and_handler_metrics(start_worker):
         assert (response.status, response.read()) == (200, b"ok\n")
     with urllib.request.urlopen(base + "/metrics", timeout=10) as response:  # noqa: S310
         exported = response.read().decode()
-    assert 'django_intents_handler_duration_seconds_count{kind="other",outcome="success"} 1.0' in (
-        exported
+    # test.ok has a handler, so it keeps its label without METRIC_KINDS.
+    assert (
+        'django_intents_handler_duration_seconds_count{kind="test.ok",outcome="success"} 1.0'
+        in (exported)
     )
     worker.signal(signal.SIGTERM)
     worker.assert_clean_exit(timeout=15)

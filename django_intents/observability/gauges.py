@@ -5,7 +5,7 @@
 not the process: they come from the one read of ``backlog.read_backlog``,
 cached for ``INTENTS["GAUGE_CACHE"]`` seconds, so enqueue, claim and complete
 never pay for a ``COUNT``. Their ``kind`` label is bounded as every other
-metric's is (``metrics.py``): kinds outside ``METRIC_KINDS`` are ``other``.
+metric's is (``metrics.py``): kinds outside ``handlers.metric_kinds()`` are ``other``.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from django_intents.conf import get_settings
+from django_intents.handlers import metric_kinds
 from django_intents.observability import log as logger
 from django_intents.observability.backlog import KindBacklog, read_backlog
 from django_intents.store.clock import server_now
@@ -84,11 +85,12 @@ class QueueCollector(Collector):
             logger.warning("django-intents: could not read the queue for metrics", exc_info=True)
             yield from families
             return
-        kinds = get_settings().metric_kinds
-        counts = dict.fromkeys((*kinds, OTHER), 0)
-        held = dict.fromkeys((*kinds, OTHER), 0)
-        stopped = dict.fromkeys((*kinds, OTHER), 0)
-        ages = dict.fromkeys((*kinds, OTHER), 0.0)
+        kinds = metric_kinds()
+        labels = (*sorted(kinds), OTHER)  # a set: sorted, so every scrape lists them alike
+        counts = dict.fromkeys(labels, 0)
+        held = dict.fromkeys(labels, 0)
+        stopped = dict.fromkeys(labels, 0)
+        ages = dict.fromkeys(labels, 0.0)
         now = server_now(self._using)
         for row in rows:
             label = row.kind if row.kind in kinds else OTHER

@@ -9,10 +9,11 @@ bookkeeping of its own.
 The gauges describe the table, not the process: they are read when scraped
 (``gauges.py``), so enqueue, claim and complete never pay for a ``COUNT``.
 
-The ``kind`` label is bounded: kinds outside ``INTENTS["METRIC_KINDS"]`` are
+The ``kind`` label is bounded: kinds outside ``handlers.metric_kinds()`` are
 reported as ``other``, so a typo or a per-tenant kind cannot explode the number
-of series. The defaults include the django.tasks kind (``kinds.TASK_KIND``), so
-task intents are told apart from the rest without any configuration.
+of series. That set is ``INTENTS["METRIC_KINDS"]``, or by default the kinds the
+project declares (its handlers, ``EXTERNAL_KINDS`` and the django.tasks kind),
+so the project's own kinds keep their names without any configuration.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from prometheus_client import (
     multiprocess,
 )
 
-from django_intents.conf import get_settings
+from django_intents.handlers import metric_kinds
 from django_intents.observability import log as logger
 from django_intents.observability.gauges import OTHER, QUEUE
 from django_intents.rules.states import State
@@ -104,8 +105,8 @@ RESCUE_DELAY = _define(
 
 
 def kind_label(kind: str) -> str:
-    """The ``kind`` label for ``kind``: its name if listed in METRIC_KINDS, else ``other``."""
-    return kind if kind in get_settings().metric_kinds else OTHER
+    """The ``kind`` label for ``kind``: its name if :func:`metric_kinds` has it, else ``other``."""
+    return kind if kind in metric_kinds() else OTHER
 
 
 # The duration series of each label and outcome, as ``labels()`` returns it:
@@ -129,7 +130,7 @@ def _on_transitioned(sender: Any, *, to: str, kinds: Iterable[str], **kwargs: An
     if to not in STATES:
         raise ValueError(f"intents_transitioned: to={to!r} is not one of {STATES}")
     # enqueue_many sends thousands of kinds at once: one increment per label.
-    known = get_settings().metric_kinds
+    known = metric_kinds()
     for label, count in Tally(kind if kind in known else OTHER for kind in kinds).items():
         TRANSITIONS.labels(kind=label, to=to).inc(count)
 
@@ -159,10 +160,11 @@ def connect() -> None:
     intents_rescued.connect(_on_rescued, dispatch_uid="django_intents.metrics.rescued")
     attempt_finished.connect(_on_attempt_finished, dispatch_uid="django_intents.metrics.attempt")
     try:
-        kinds = get_settings().metric_kinds
+        # Imports the apps' handlers modules (as admin.autodiscover does in ready()).
+        kinds = metric_kinds()
     except ImproperlyConfigured:
-        return  # the system check reports the bad setting; nothing to pre-create
-    precreate(kinds)
+        return  # the system check reports the bad setting or handler; nothing to pre-create
+    precreate(sorted(kinds))
 
 
 def precreate(kinds: Iterable[str]) -> None:
