@@ -32,6 +32,7 @@ from django_intents.management.options import (
 from django_intents.management.schema import require_table
 from django_intents.observability import metrics
 from django_intents.observability.gauges import QUEUE
+from django_intents.worker import log
 from django_intents.worker.pool import WorkerPool
 
 
@@ -186,9 +187,7 @@ class Command(BaseCommand):
             server = metrics.serve(addr, port, pool.healthy)
         except OSError as exc:
             raise CommandError(f"cannot serve metrics on {addr}:{port}: {exc}") from exc
-        logging.getLogger("django_intents.worker").info(
-            "serving /metrics and /healthz on %s:%s", addr, getattr(server, "port", port)
-        )
+        log.info("serving /metrics and /healthz on %s:%s", addr, getattr(server, "port", port))
         return server
 
 
