@@ -141,13 +141,13 @@ class LastErrorFilter(_Filter):
 
     title = gettext_lazy("last error")
     parameter_name = "error"
-    failing = {"yes": ~Q(last_error=""), "no": Q(last_error="")}
+    selects = {"yes": ~Q(last_error=""), "no": Q(last_error="")}
 
     def options(self) -> list[tuple[str, str]]:
         return [("yes", _("Has an error")), ("no", _("No error"))]
 
     def where(self, value: str) -> Q:
-        return self.failing.get(value, Q())
+        return self.selects.get(value, Q())  # any other value selects every row
 
 
 def search(queryset: QuerySet[Intent], text: str) -> QuerySet[Intent]:
