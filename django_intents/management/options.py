@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Callable
+from typing import TypeVar
 
 from django.core.management.base import CommandError
 from django.db import connections, router
 
 from django_intents.models import Intent
 from django_intents.rules.identity import check_text
+
+_N = TypeVar("_N", int, float)
 
 
 def add_database(parser: argparse.ArgumentParser) -> None:
@@ -36,10 +40,7 @@ def chosen_database(alias: str | None) -> str:
 
 
 def positive_int(value: str) -> int:
-    try:
-        parsed = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
+    parsed = _parse(int, value, "a whole number")
     if parsed < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, not {parsed}")
     return parsed
@@ -47,10 +48,7 @@ def positive_int(value: str) -> int:
 
 def seconds(value: str, *, allow_zero: bool = False, allow_infinite: bool = False) -> float:
     """``value`` as seconds: more than 0 (or at least 0), and finite unless told otherwise."""
-    try:
-        parsed = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a number of seconds") from None
+    parsed = _parse(float, value, "a number of seconds")
     in_range = parsed >= 0 if allow_zero else parsed > 0  # False for NaN
     if not in_range or (math.isinf(parsed) and not allow_infinite):
         limit = ">= 0" if allow_zero else "> 0"
@@ -82,10 +80,15 @@ def kind_list(value: str) -> list[str]:
 
 
 def port(value: str) -> int:
-    try:
-        parsed = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a port number") from None
+    parsed = _parse(int, value, "a port number")
     if not 0 <= parsed <= 65535:
         raise argparse.ArgumentTypeError(f"must be a port number from 0 to 65535, not {parsed}")
     return parsed
+
+
+def _parse(convert: Callable[[str], _N], value: str, what: str) -> _N:
+    """``convert(value)``, or the error ``argparse`` shows as "'x' is not <what>"."""
+    try:
+        return convert(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not {what}") from None
