@@ -70,9 +70,6 @@ TARGET_PREVIEW = 60
 PAYLOAD_DISPLAY_LIMIT = 100_000
 
 
-# -- the list ---------------------------------------------------------------------
-
-
 @admin.register(Intent)
 class IntentAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     list_display = (
