@@ -2,16 +2,17 @@
 
 Intents are created by code and move only through the manager's guarded
 transitions, so every field is read-only and the administrative transitions
-(``retry_now`` and ``cancel``, which fence a running claimant; the table is in
-``admin_actions.py``) are offered as actions on the list and as buttons on one
+(``retry_now`` and ``cancel``, which fence a running claimant; declared in
+``actions``) are offered as actions on the list and as buttons on one
 intent's page. Saving the change form would write a stale copy of the row over
-whatever a worker did in the meantime, so there is no form to save. Kinds
-are paused and resumed from the summary above the list (``admin_pauses.py``),
-under which the schedules are listed with their last and next slot.
+whatever a worker did in the meantime, so there is no form to save. Above the
+list, ``summary`` counts the queue, with a pause or resume button per kind,
+and lists the schedules with their last and next slot.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -30,7 +31,16 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_POST
 
-from django_intents.admin.actions import TRANSITIONS, Transition, action, apply, delete_selected
+from django_intents.admin.actions import (
+    KIND_CHANGES,
+    TRANSITIONS,
+    KindChange,
+    Transition,
+    action,
+    apply,
+    change_kind,
+    delete_selected,
+)
 from django_intents.admin.changelist import (
     CountingPaginator,
     IntentChangeList,
@@ -39,8 +49,7 @@ from django_intents.admin.changelist import (
     search,
 )
 from django_intents.admin.humanize import pre_json, relative, timestamp
-from django_intents.admin.pauses import KIND_CHANGES, kind_view
-from django_intents.admin.summary import queue_summary
+from django_intents.admin.summary import SCHEDULE_COLUMNS, queue_summary
 from django_intents.maintenance.schedules import listing
 from django_intents.models import Intent
 from django_intents.rules.states import ACTIVE, TERMINAL, State
@@ -61,9 +70,6 @@ TARGET_PREVIEW = 60
 PAYLOAD_DISPLAY_LIMIT = 100_000
 
 
-# -- the list ---------------------------------------------------------------------
-
-
 @admin.register(Intent)
 class IntentAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     list_display = (
@@ -78,7 +84,7 @@ class IntentAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         "error_summary",
     )
     list_filter = ("state", KindFilter, LastErrorFilter)
-    # Django's search box; get_search_results (admin_list.search) does the searching.
+    # Django's search box; get_search_results (changelist.search) does the searching.
     search_fields = ("^id", "event_id", "target")
     search_help_text = gettext_lazy(
         "Search by id (or its beginning) or event id; failing those, by text inside "
@@ -88,10 +94,10 @@ class IntentAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     # sorts in claim order.
     ordering = ("-created_at",)
     # A COUNT(*) of the whole table on every filtered page is not worth it; the
-    # page's own count is bounded (admin_list.CountingPaginator).
+    # page's own count is bounded (changelist.CountingPaginator).
     show_full_result_count = False
     paginator = CountingPaginator
-    # One per administrative transition (admin_actions.TRANSITIONS), then deletion.
+    # One per administrative transition (actions.TRANSITIONS), then deletion.
     actions = (*(action(transition) for transition in TRANSITIONS), delete_selected)
     fieldsets = (
         (None, {"fields": ("id", "kind", "state_badge", "event_id", "target")}),
@@ -254,7 +260,7 @@ class IntentAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Intent]) -> None:
         super().delete_queryset(request, queryset.filter(state__in=TERMINAL))
 
-    # -- actions ----------------------------------------------------------------------
+    # -- the list page ------------------------------------------------------------------
 
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return IntentChangeList
@@ -278,31 +284,29 @@ class IntentAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             # Lazy: only a page that renders the summary pays for its query.
             "intents_summary": SimpleLazyObject(queue_summary),
             "intents_schedules": SimpleLazyObject(listing),  # no query without schedules
+            "intents_schedule_columns": SCHEDULE_COLUMNS,
         }
         if self.has_change_permission(request):  # the summary's pause and resume buttons
             context["intents_kind_urls"] = {c.name: self._url(c.name) for c in KIND_CHANGES}
         return super().changelist_view(request, context)
 
-    # -- buttons on the change page ------------------------------------------------------
+    # -- buttons: on the change page, and the summary's pause and resume ----------------
 
     def get_urls(self) -> list[URLPattern]:
         buttons = [
-            path(
-                f"<path:object_id>/{transition.path}",
-                self.admin_site.admin_view(require_POST(partial(self.transition_view, transition))),
-                name=self._url_name(transition.name),
-            )
-            for transition in TRANSITIONS
+            self._post(f"<path:object_id>/{t.path}", partial(self.transition_view, t), t.name)
+            for t in TRANSITIONS
         ]
         kinds = [
-            path(
-                f"kinds/{change.name}/",
-                self.admin_site.admin_view(require_POST(partial(kind_view, self, change))),
-                name=self._url_name(change.name),
-            )
-            for change in KIND_CHANGES
+            self._post(f"kinds/{c.name}/", partial(self.kind_view, c), c.name) for c in KIND_CHANGES
         ]
         return buttons + kinds + super().get_urls()
+
+    def _post(self, route: str, view: Callable[..., HttpResponse], name: str) -> URLPattern:
+        """This admin's URL ``name`` at ``route``: a view for POSTs from the admin's users."""
+        return path(
+            route, self.admin_site.admin_view(require_POST(view)), name=self._url_name(name)
+        )
 
     def transition_view(
         self, transition: Transition, request: HttpRequest, object_id: str
@@ -321,6 +325,13 @@ class IntentAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             return HttpResponseRedirect(self._url("changelist"))
         apply(self, request, {intent.pk: intent.kind}, transition)
         return HttpResponseRedirect(self._url("change", intent.pk))
+
+    def kind_view(self, change: KindChange, request: HttpRequest) -> HttpResponse:
+        """A pause or resume button's POST: the change on its ``kind``, then back to the list."""
+        if not self.has_change_permission(request):
+            raise PermissionDenied
+        change_kind(self, request, change, request.POST.get("kind", ""))
+        return HttpResponseRedirect(self._url("changelist"))
 
     def _url_name(self, name: str) -> str:
         return f"{self.opts.app_label}_{self.opts.model_name}_{name}"

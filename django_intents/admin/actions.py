@@ -1,10 +1,16 @@
-"""The admin's transitions, declared once: each is a list action and a change-page button.
+"""What the admin changes, each change declared once: transitions, pauses, deletion.
 
 An administrative transition is a manager method that takes an intent id and
 returns whether it moved the intent (``Intent.objects.retry_now(id)``). One
-entry in ``TRANSITIONS`` gives the action (with Django's permission check on
-"change"), the button and its label, the button's URL (``<id>/<name>/`` with
-dashes, named ``django_intents_intent_<name>``), the message and the log entry.
+entry in ``TRANSITIONS`` gives the list action (with Django's permission check
+on "change"), the change-page button and its label, the button's URL
+(``<id>/<name>/`` with dashes, named ``django_intents_intent_<name>``), the
+message and the log entry.
+
+A kind is paused and resumed (SPEC §11) from the summary above the list: one
+entry in ``KIND_CHANGES`` gives the button, the URL (``kinds/<name>/``), the
+messages and the log entry, which is recorded on the paused kind as a
+transition's is on its intents. Deletion is Django's, on finished intents only.
 """
 
 from __future__ import annotations
@@ -17,13 +23,14 @@ from typing import TYPE_CHECKING, Any, cast
 from django.contrib import admin, messages
 from django.contrib.admin.actions import delete_selected as django_delete_selected
 from django.contrib.admin.models import CHANGE, LogEntry
-from django.db import router
+from django.db import models, router
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
+from django.utils import timezone
 from django.utils.translation import gettext_lazy, ngettext, ngettext_lazy
 
-from django_intents.models import Intent
+from django_intents.models import Intent, PausedKind
 from django_intents.rules.states import ACTIVE, TERMINAL, State
 
 if TYPE_CHECKING:
@@ -111,16 +118,12 @@ def apply(
     moved = set(getattr(manager, f"{transition.name}_many")(selection))
     if moved:
         # The log names each intent as it is now.
-        to = State.PENDING if transition.name == "retry_now" else State.CANCELLED
         changed = [
-            Intent(pk=pk, kind=kind, state=to) for pk, kind in selection.items() if pk in moved
+            Intent(pk=pk, kind=kind, state=transition.to)
+            for pk, kind in selection.items()
+            if pk in moved
         ]
-        LogEntry.objects.log_actions(
-            user_id=cast(int, request.user.pk),  # admin views require a logged-in user
-            queryset=changed,
-            action_flag=CHANGE,
-            change_message=transition.log,
-        )
+        _log(request, changed, transition.log)
         done = transition.done % {"count": len(changed)}
         modeladmin.message_user(request, done, messages.SUCCESS)
     skipped = [pk for pk in selection if pk not in moved]
@@ -146,6 +149,49 @@ def skipped_message(ids: Sequence[str]) -> str:
         "Skipped %(count)d intents: %(reasons)s.",
         len(ids),
     ) % {"count": len(ids), "reasons": ", ".join(reasons)}
+
+
+@dataclass(frozen=True)
+class KindChange:
+    name: str  # the manager method; also the URL (``kinds/<name>/``) and its name
+    button: StrPromise
+    done: StrPromise  # "%(kind)s": the kind changed
+    unchanged: StrPromise  # "%(kind)s": nothing to do
+    log: str  # the LogEntry change message; untranslated, like Django's own
+
+
+KIND_CHANGES = (
+    KindChange(
+        "pause",
+        gettext_lazy("Pause"),
+        gettext_lazy("Paused kind “%(kind)s”: pools stop claiming it at their next claim."),
+        gettext_lazy("Kind “%(kind)s” was already paused."),
+        "Paused.",
+    ),
+    KindChange(
+        "resume",
+        gettext_lazy("Resume"),
+        gettext_lazy("Resumed kind “%(kind)s”: pools claim it again at their next claim."),
+        gettext_lazy("Kind “%(kind)s” was not paused."),
+        "Resumed.",
+    ),
+)
+
+
+def change_kind(
+    modeladmin: admin.ModelAdmin[Intent], request: HttpRequest, change: KindChange, kind: str
+) -> None:
+    """Pause or resume ``kind`` and report it; a kind the manager refuses is an error message."""
+    try:
+        changed = getattr(Intent.objects, change.name)(kind)
+    except ValueError as exc:
+        modeladmin.message_user(request, str(exc), messages.ERROR)
+        return
+    if not changed:
+        modeladmin.message_user(request, change.unchanged % {"kind": kind}, messages.WARNING)
+        return
+    _log(request, [PausedKind(kind=kind, paused_at=timezone.now())], change.log)
+    modeladmin.message_user(request, change.done % {"kind": kind}, messages.SUCCESS)
 
 
 @admin.action(
@@ -174,3 +220,13 @@ def delete_selected(
     if not finished.exists():
         return None
     return django_delete_selected(modeladmin, request, finished)
+
+
+def _log(request: HttpRequest, changed: Sequence[models.Model], message: str) -> None:
+    """One ``CHANGE`` entry in the admin's history per object ``changed``."""
+    LogEntry.objects.log_actions(
+        user_id=cast(int, request.user.pk),  # admin views require a logged-in user
+        queryset=changed,
+        action_flag=CHANGE,
+        change_message=message,
+    )

@@ -2,10 +2,10 @@
 what the page shows, not what the table holds.
 
 - The kind filter lists the kinds from an index, one lookup per kind
-  (``backends.admin.kinds``), where Django's would read every row's kind.
+  (``store.admin.kinds``), where Django's would read every row's kind.
 - Counts are exact up to ``EXACT`` rows; past that the list says "about" and
-  shows the planner's estimate (``backends.admin.estimate``). SQLite keeps no
-  estimates, so it counts every row.
+  shows the planner's estimate (``store.admin.estimate``). Where the database
+  keeps no estimates (SQLite), it counts every row.
 - Search tries what an index answers first: an id beginning with the text,
   and an event id equal to it (one lookup per kind and state in the
   ``(kind, state, event_id)`` index). Only when neither finds anything does
@@ -32,7 +32,8 @@ from django_intents.store import backend_for
 from django_intents.store.admin import estimate
 from django_intents.store.admin import kinds as kinds_in_table
 
-# Counting this many rows costs a millisecond or two on any database.
+# Counting this many rows is cheap on any database (docs/benchmarks.md, "The admin
+# on a big table"); past it a page shows the planner's estimate.
 EXACT = 1_000
 # Pages that skip at least this many rows find their ids first (CountingPaginator.page).
 DEFERRED_FROM = 1_000
@@ -102,38 +103,51 @@ class CountingPaginator(Paginator):
         return self._get_page(self.object_list.filter(pk__in=list(ids)), number, self)
 
 
-class KindFilter(admin.SimpleListFilter):
+class _Filter(admin.SimpleListFilter):
+    """A list filter by ``parameter_name``: its ``options`` to choose from, and the rows
+    ``where(value)`` selects for the chosen one."""
+
+    def options(self) -> list[tuple[str, str]]:
+        raise NotImplementedError
+
+    def where(self, value: str) -> Q:
+        raise NotImplementedError
+
+    def lookups(
+        self, request: HttpRequest, model_admin: admin.ModelAdmin[Any]
+    ) -> list[tuple[str, str]]:
+        return self.options()
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Intent]) -> QuerySet[Intent]:
+        value = self.value()
+        return queryset.filter(self.where(value)) if value else queryset
+
+
+class KindFilter(_Filter):
     """By kind, from the kinds in the table (``?kind=``, as Django's own filter spells it)."""
 
     title = gettext_lazy("kind")
     parameter_name = "kind"
 
-    def lookups(
-        self, request: HttpRequest, model_admin: admin.ModelAdmin[Any]
-    ) -> list[tuple[str, str]]:
+    def options(self) -> list[tuple[str, str]]:
         return [(kind, kind) for kind in present_kinds()]
 
-    def queryset(self, request: HttpRequest, queryset: QuerySet[Intent]) -> QuerySet[Intent]:
-        return queryset.filter(kind=self.value()) if self.value() else queryset
+    def where(self, value: str) -> Q:
+        return Q(kind=value)
 
 
-class LastErrorFilter(admin.SimpleListFilter):
+class LastErrorFilter(_Filter):
     """Failing intents: pending ones waiting to retry after an error, or cancelled with one."""
 
     title = gettext_lazy("last error")
     parameter_name = "error"
+    selects = {"yes": ~Q(last_error=""), "no": Q(last_error="")}
 
-    def lookups(
-        self, request: HttpRequest, model_admin: admin.ModelAdmin[Any]
-    ) -> list[tuple[str, str]]:
+    def options(self) -> list[tuple[str, str]]:
         return [("yes", _("Has an error")), ("no", _("No error"))]
 
-    def queryset(self, request: HttpRequest, queryset: QuerySet[Intent]) -> QuerySet[Intent]:
-        if self.value() == "yes":
-            return queryset.exclude(last_error="")
-        if self.value() == "no":
-            return queryset.filter(last_error="")
-        return queryset
+    def where(self, value: str) -> Q:
+        return self.selects.get(value, Q())  # any other value selects every row
 
 
 def search(queryset: QuerySet[Intent], text: str) -> QuerySet[Intent]:

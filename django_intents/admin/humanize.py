@@ -1,7 +1,7 @@
 """How the admin writes times and stored values for people, in one place.
 
-Shared by the admin and the task block of ``tasks/display.py``, which must not
-import each other: the admin works without a task framework installed.
+Shared by the intents admin and its task block (``admin.tasks``), which the
+admin imports only where a task framework is installed.
 """
 
 from __future__ import annotations

@@ -1,11 +1,16 @@
 """The summary above the intents list: states, and per kind what waits, what a limit holds
 and whether the kind is paused.
 
-One read of the backlog (``backlog.read_backlog``: the unfinished intents, exactly)
-and a bounded count of each finished state (``admin_list.bounded_count``: exact
-up to 1,000, past that the planner's estimate), shaped for the template
+One read of the backlog (``observability.backlog.read_backlog``: the unfinished
+intents, exactly) and a bounded count of each finished state
+(``changelist.bounded_count``: exact up to ``changelist.EXACT``, past that the
+planner's estimate), shaped for the template
 ``admin/django_intents/intent/summary.html``. Finished intents are most of a
 big table, and counting them exactly would read all of it on every page.
+
+The column titles of its table and of the schedules' below it are here too:
+the templates loop over them (``columns.html``), as Django's change list loops
+over its headers.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.db import router
+from django.utils.translation import gettext_lazy
 
 from django_intents.admin.changelist import bounded_count, exceeds_bound, present_kinds
 from django_intents.admin.humanize import short_duration
@@ -23,6 +29,23 @@ from django_intents.observability.backlog import read_backlog
 from django_intents.observability.estimate import estimate_backlog
 from django_intents.rules.states import ACTIVE, TERMINAL, State
 from django_intents.store.clock import server_now
+
+SCHEDULE_COLUMNS = (
+    gettext_lazy("Schedule"),
+    gettext_lazy("Cron"),
+    gettext_lazy("Time zone"),
+    gettext_lazy("Kind"),
+    gettext_lazy("Last slot (UTC)"),
+    gettext_lazy("Next slot (UTC)"),
+)
+KIND_COLUMNS = (
+    gettext_lazy("Kind"),
+    gettext_lazy("Pending or running"),
+    gettext_lazy("Due now"),
+    gettext_lazy("Oldest due waiting"),
+)
+LIMITED_COLUMN = gettext_lazy("Held back by a limit")
+PAUSED_COLUMN = gettext_lazy("Paused")
 
 
 def _waiting(age: timedelta | None) -> str:
@@ -66,13 +89,19 @@ class QueueSummary:
     def waiting(self) -> str:
         return _waiting(self.oldest_due_age)
 
+    @property
+    def columns(self) -> list[str]:
+        """The titles of the kinds table: the limit's column only where limits are set."""
+        limited = [LIMITED_COLUMN] if self.limits else []
+        return [str(title) for title in (*KIND_COLUMNS, *limited, PAUSED_COLUMN)]
+
 
 def queue_summary(now: datetime | None = None) -> QueueSummary:
     """The backlog and the finished counts as the summary template reads them.
 
-    The backlog is exact while at most ``admin_list.EXACT`` intents are
+    The backlog is exact while at most ``changelist.EXACT`` intents are
     unfinished, and estimated past that where the database can
-    (``backlog_estimate.py``); finished states are bounded counts.
+    (``observability.estimate``); finished states are bounded counts.
     """
     using = router.db_for_read(Intent)
     now = server_now(using) if now is None else now

@@ -1,8 +1,8 @@
 """A task intent as the admin shows it: what it runs and what became of it.
 
 Read with the same record as ``get_result``, so the change page and Django's
-API never disagree. Lives in the tasks package because it needs the task
-framework; the admin imports it only where one is installed.
+API never disagree. It needs the task framework (``django_intents.tasks``), so
+the admin imports it only where one is installed.
 """
 
 from __future__ import annotations

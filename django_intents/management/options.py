@@ -1,13 +1,24 @@
-"""The ``--database`` option every command of the app takes (SPEC §12)."""
+"""What the app's commands take on their command lines, checked before anything runs.
+
+``--database`` (SPEC §12), which every command takes, and the ``type=``
+functions of the other options: a bad value is refused by ``argparse`` with
+a message naming it, before a database is touched.
+"""
 
 from __future__ import annotations
 
 import argparse
+import math
+from collections.abc import Callable
+from typing import TypeVar
 
 from django.core.management.base import CommandError
 from django.db import connections, router
 
 from django_intents.models import Intent
+from django_intents.rules.identity import check_text
+
+_N = TypeVar("_N", int, float)
 
 
 def add_database(parser: argparse.ArgumentParser) -> None:
@@ -26,3 +37,58 @@ def chosen_database(alias: str | None) -> str:
         known = ", ".join(repr(a) for a in connections)
         raise CommandError(f"unknown database alias {alias!r} (DATABASES has {known})")
     return alias
+
+
+def positive_int(value: str) -> int:
+    parsed = _parse(int, value, "a whole number")
+    if parsed < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {parsed}")
+    return parsed
+
+
+def seconds(value: str, *, allow_zero: bool = False, allow_infinite: bool = False) -> float:
+    """``value`` as seconds: more than 0 (or at least 0), and finite unless told otherwise."""
+    parsed = _parse(float, value, "a number of seconds")
+    in_range = parsed >= 0 if allow_zero else parsed > 0  # False for NaN
+    if not in_range or (math.isinf(parsed) and not allow_infinite):
+        limit = ">= 0" if allow_zero else "> 0"
+        raise argparse.ArgumentTypeError(f"must be a number of seconds {limit}, not {value!r}")
+    return parsed
+
+
+def positive_seconds(value: str) -> float:
+    return seconds(value)
+
+
+def grace_seconds(value: str) -> float:
+    return seconds(value, allow_zero=True)
+
+
+def age_seconds(value: str) -> float:
+    """A longest acceptable wait: 0 or more, ``inf`` for none."""
+    return seconds(value, allow_zero=True, allow_infinite=True)
+
+
+def kind_list(value: str) -> list[str]:
+    kinds = [kind.strip() for kind in value.split(",") if kind.strip()]
+    if not kinds:
+        raise argparse.ArgumentTypeError("expected a comma-separated list of kinds")
+    try:
+        return [check_text("kind", kind) for kind in kinds]
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def port(value: str) -> int:
+    parsed = _parse(int, value, "a port number")
+    if not 0 <= parsed <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a port number from 0 to 65535, not {parsed}")
+    return parsed
+
+
+def _parse(convert: Callable[[str], _N], value: str, what: str) -> _N:
+    """``convert(value)``, or the error ``argparse`` shows as "'x' is not <what>"."""
+    try:
+        return convert(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not {what}") from None

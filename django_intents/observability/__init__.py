@@ -1,4 +1,4 @@
-"""What the queue shows operators: metrics, gauges, traces, the backlog.
+"""What the queue shows operators: metrics, the queue gauges, the backlog and its estimate.
 
 ``log`` is the layer's one logger (``django_intents.observability``).
 """

@@ -43,7 +43,7 @@ class Backlog:
     now: datetime
     states: Counter[str]  # intents per state; finished states only when asked for
     kinds: list[KindBacklog]  # kinds with active intents or paused, by name
-    # False: pending and due counts are the planner's estimates (backlog_estimate.py)
+    # False: pending and due counts are the planner's estimates (``estimate.py``)
     exact: bool = True
 
     @property

@@ -1,17 +1,17 @@
 """The backlog of a big queue, read at a cost that does not follow its size.
 
 ``backlog.read_backlog`` reads every unfinished intent: exact, and cheap while
-they are few. Past ``admin_list.EXACT`` of them (a backlog of a hundred
+they are few. Past ``admin.changelist.EXACT`` of them (a backlog of a hundred
 thousand after a partner's outage) the admin's summary reads this instead:
 
 - pending and due-pending intents per kind are the planner's estimates
-  (``backends.admin.estimates``: one ``EXPLAIN`` for them all), labelled as such in the page;
+  (``store.admin.estimates``: one ``EXPLAIN`` for them all), labelled as such in the page;
 - running intents per kind, and the expired leases among them, are counted
   exactly: a running intent holds a worker's slot, so there are few;
 - the oldest due intent of each kind is exact: one ``MIN`` per kind, which the
   planner answers from the claim index or the kind index, whichever is cheaper.
 
-SQLite has no estimates: there the exact backlog is read whatever its size.
+Where the database keeps no estimates (SQLite), the exact backlog is read whatever its size.
 """
 
 from __future__ import annotations

@@ -117,9 +117,18 @@ class QueueCollector(Collector):
             return self._rows
 
 
+def registered(name: str) -> Collector | None:
+    """The collector the default registry holds under ``name``, if any.
+
+    Importing a module of metrics again (``importlib.reload`` in a test, a
+    module reached under two names) must find its collectors, not register
+    them twice, which the registry refuses.
+    """
+    return REGISTRY._names_to_collectors.get(name)  # private, but the only lookup there is
+
+
 def _queue_collector() -> QueueCollector:
-    # Found again rather than registered twice when the module is imported again.
-    existing = REGISTRY._names_to_collectors.get(PENDING)  # private, but the only lookup there is
+    existing = registered(PENDING)
     if existing is not None:
         return cast(QueueCollector, existing)
     collector = QueueCollector()

@@ -43,7 +43,7 @@ from prometheus_client import (
 
 from django_intents.handlers import metric_kinds
 from django_intents.observability import log as logger
-from django_intents.observability.gauges import OTHER, QUEUE
+from django_intents.observability.gauges import OTHER, QUEUE, registered
 from django_intents.rules.states import State
 from django_intents.signals import Outcome, attempt_finished, intents_rescued, intents_transitioned
 
@@ -65,12 +65,10 @@ def _define(
 ) -> _C:
     """Return the collector registered as ``name``, creating it on the first import only.
 
-    Importing this module again (``importlib.reload`` in a test, a module reached
-    under two names) would otherwise make the default registry refuse the
-    duplicate; reusing the registered collector also keeps receivers connected
-    before the reload feeding the series that are exported.
+    Reusing the registered collector (``gauges.registered``) also keeps the
+    receivers connected before a reload feeding the series that are exported.
     """
-    existing = REGISTRY._names_to_collectors.get(name)  # private, but the only lookup there is
+    existing = registered(name)
     if existing is not None:
         return cast(_C, existing)
     return factory(name, documentation, labels, **kw)

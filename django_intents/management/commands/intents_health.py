@@ -16,21 +16,11 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from django_intents.handlers import unhandled
-from django_intents.management.options import add_database, chosen_database
+from django_intents.management.options import add_database, age_seconds, chosen_database
 from django_intents.management.schema import require_table
 from django_intents.observability.backlog import Backlog, read_backlog
 from django_intents.rules.states import State
 from django_intents.store.clock import server_now
-
-
-def seconds(value: str) -> float:
-    try:
-        parsed = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a number of seconds") from None
-    if not parsed >= 0:
-        raise argparse.ArgumentTypeError(f"must be a number of seconds >= 0, not {value!r}")
-    return parsed
 
 
 class Command(BaseCommand):
@@ -43,7 +33,7 @@ class Command(BaseCommand):
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument(
             "--max-age",
-            type=seconds,
+            type=age_seconds,
             default=300.0,
             metavar="SECONDS",
             help="longest acceptable wait of a due intent (default 300)",

@@ -8,8 +8,7 @@ from django.core.management.base import BaseCommand, CommandParser
 
 from django_intents.conf import get_settings
 from django_intents.maintenance.retention import prune
-from django_intents.management.commands.run_intent_workers import positive_int
-from django_intents.management.options import add_database, chosen_database
+from django_intents.management.options import add_database, chosen_database, positive_int
 from django_intents.rules.states import TERMINAL
 
 

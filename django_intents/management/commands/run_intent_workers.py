@@ -1,9 +1,9 @@
 """``manage.py run_intent_workers``: a thin adapter from options to a :class:`WorkerPool`.
 
 Everything a user can get wrong on the command line is refused here, before a
-single intent is claimed: bad numbers by the ``type=`` functions, a kind
-without a handler and a kind registered twice by ``handle()``, and a database
-that was never migrated by ``schema.require_table``.
+single intent is claimed: bad numbers by the ``type=`` functions of
+``options``, a kind without a handler and a kind registered twice by
+``handle()``, and a database that was never migrated by ``schema.require_table``.
 """
 
 from __future__ import annotations
@@ -20,61 +20,20 @@ from django.db import Error as DatabaseFailure
 
 from django_intents.conf import get_settings
 from django_intents.handlers import discover
-from django_intents.management.options import add_database, chosen_database
+from django_intents.management.options import (
+    add_database,
+    chosen_database,
+    grace_seconds,
+    kind_list,
+    port,
+    positive_int,
+    positive_seconds,
+)
 from django_intents.management.schema import require_table
 from django_intents.observability import metrics
 from django_intents.observability.gauges import QUEUE
-from django_intents.rules.identity import check_text
+from django_intents.worker import log
 from django_intents.worker.pool import WorkerPool
-
-
-def positive_int(value: str) -> int:
-    try:
-        parsed = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
-    if parsed < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {parsed}")
-    return parsed
-
-
-def seconds(value: str, *, allow_zero: bool = False) -> float:
-    try:
-        parsed = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a number of seconds") from None
-    if not (parsed >= 0 if allow_zero else parsed > 0) or parsed == float("inf"):
-        limit = ">= 0" if allow_zero else "> 0"
-        raise argparse.ArgumentTypeError(f"must be a number of seconds {limit}, not {value!r}")
-    return parsed
-
-
-def positive_seconds(value: str) -> float:
-    return seconds(value)
-
-
-def grace_seconds(value: str) -> float:
-    return seconds(value, allow_zero=True)
-
-
-def kind_list(value: str) -> list[str]:
-    kinds = [kind.strip() for kind in value.split(",") if kind.strip()]
-    if not kinds:
-        raise argparse.ArgumentTypeError("expected a comma-separated list of kinds")
-    try:
-        return [check_text("kind", kind) for kind in kinds]
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def port(value: str) -> int:
-    try:
-        parsed = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a port number") from None
-    if not 0 <= parsed <= 65535:
-        raise argparse.ArgumentTypeError(f"must be a port number from 0 to 65535, not {parsed}")
-    return parsed
 
 
 class Command(BaseCommand):
@@ -228,9 +187,7 @@ class Command(BaseCommand):
             server = metrics.serve(addr, port, pool.healthy)
         except OSError as exc:
             raise CommandError(f"cannot serve metrics on {addr}:{port}: {exc}") from exc
-        logging.getLogger("django_intents.worker").info(
-            "serving /metrics and /healthz on %s:%s", addr, getattr(server, "port", port)
-        )
+        log.info("serving /metrics and /healthz on %s:%s", addr, getattr(server, "port", port))
         return server
 
 
