@@ -35,9 +35,11 @@ from django_intents.rules.identity import check_text
 
 if TYPE_CHECKING:
     from django_intents.attempt import Attempt
-    from django_intents.models import Intent
+    from django_intents.rules.intent import IntentRow
 
-Handler = Callable[["Intent", "Attempt"], Any]
+# What the pool calls: ``handler(intent, attempt)``. The intent is named by the
+# protocol the rules read, not the model, whose manager asks this registry.
+Handler = Callable[["IntentRow", "Attempt"], Any]
 H = TypeVar("H", bound=Callable[..., Any])
 
 

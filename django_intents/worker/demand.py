@@ -35,16 +35,15 @@ asked (``Demand.claimed``).
 from __future__ import annotations
 
 import math
-import queue
 import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from django_intents.handlers import Handler
-from django_intents.worker.execution import Claim, is_async
+from django_intents.worker.execution import is_async
 from django_intents.worker.floor import ClaimFloor
 from django_intents.worker.leases import LeaseTable
+from django_intents.worker.queues import Queued
 from django_intents.worker.shutdown import Shutdown
 
 CLAIM_AHEAD_BELOW = 0.02  # seconds: handlers quicker than this on average get a local queue
@@ -170,64 +169,6 @@ class Demand:
             for claim in claims:
                 leases.drop(claim)
             shutdown.release(claims, started=False)
-
-
-class Queued(Protocol):
-    """Claims waiting to start: the threads' ``LocalQueue``, or the event loop's."""
-
-    def qsize(self) -> int: ...
-
-    def take(self, count: int) -> list[Claim]: ...
-
-
-def outranks(claims: list[Claim], last: int) -> bool:
-    """Whether one of ``claims`` ranks above ``last``, the priority of the lowest queued.
-
-    A claim's intents come in priority order, so the queue stays in order
-    while a claim outranks nothing queued, and its intents go at its end.
-    """
-    return max(c.intent.priority for c in claims) > last
-
-
-def by_priority(claims: list[Claim]) -> list[Claim]:
-    return sorted(claims, key=lambda c: -c.intent.priority)  # stable: claim order within one
-
-
-class LocalQueue(queue.SimpleQueue[Claim | None]):
-    """The claims waiting for a worker thread, highest priority first.
-
-    A claim arrives in claim order, so the queue stays in that order while
-    each claim's intents rank no higher than those already queued; an intent
-    of a higher priority (an urgent one enqueued while the queue is full of a
-    backlog) is put ahead of them, so it waits for no more than the claim
-    that brought it. ``None`` ends a thread.
-    """
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._last = 0  # the priority of the claim put last, the lowest queued
-
-    def put_claims(self, claims: list[Claim]) -> None:
-        if not claims:
-            return
-        if self.qsize() and outranks(claims, self._last):
-            claims = by_priority(self.take(self.qsize()) + claims)
-        for claim in claims:
-            self.put(claim)
-        self._last = claims[-1].intent.priority
-
-    def take(self, count: int) -> list[Claim]:
-        """Up to ``count`` queued claims, first first; a worker may take some meanwhile."""
-        claims: list[Claim] = []
-        while len(claims) < count:
-            try:
-                claim = self.get_nowait()
-            except queue.Empty:
-                break
-            if claim is None:  # stop sentinels are only queued once the loop has ended
-                break
-            claims.append(claim)
-        return claims
 
 
 @dataclass

@@ -70,7 +70,7 @@ class Claim:
             return True
         # It waited in the pool's queue while its claim was lost: retried or
         # cancelled meanwhile, or its lease ran out. Another worker may own it.
-        self.attempt._lose()
+        self.attempt.mark_lost()
         log.info("%s: not started, the claim was lost while it waited", self.name)
         self.outcome = Outcome.FENCED
         return False

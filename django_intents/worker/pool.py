@@ -41,7 +41,7 @@ from django_intents.rules.validation import check_pool
 from django_intents.signals import Outcome
 from django_intents.store.clock import server_now
 from django_intents.worker import log
-from django_intents.worker.demand import ClaimGroup, LocalQueue, Queued, claim_groups
+from django_intents.worker.demand import ClaimGroup, claim_groups
 from django_intents.worker.drain import Drain
 from django_intents.worker.eventloop import EventLoop
 from django_intents.worker.execution import (
@@ -55,6 +55,7 @@ from django_intents.worker.execution import (
 from django_intents.worker.housekeeping import Housekeeping, Liveness
 from django_intents.worker.leases import LeaseTable
 from django_intents.worker.outage import Outage, cause_text, reuse_connection
+from django_intents.worker.queues import LocalQueue, Queued
 from django_intents.worker.recorder import Recorder
 from django_intents.worker.shutdown import Shutdown
 from django_intents.worker.startup import log_start
