@@ -35,7 +35,7 @@ from django.dispatch import Signal
 from django_intents.conf import get_settings
 from django_intents.exceptions import ClaimLost, Stop
 from django_intents.handlers import Handler
-from django_intents.rules.retries import gives_up
+from django_intents.rules.retries import counted, gives_up
 from django_intents.rules.states import State
 from django_intents.rules.validation import exception_text
 from django_intents.store.clock import server_now
@@ -259,8 +259,7 @@ def _is_final(exc: BaseException, intent: Intent, backend: _Backend) -> bool:
     if isinstance(exc, Stop) or not isinstance(exc, Exception):
         return True  # Stop, SystemExit, KeyboardInterrupt, ...
     limits = (backend.max_attempts, get_settings().max_attempts)
-    counted = intent.attempts - intent.snoozes  # snoozes never exhaust an intent
-    return any(gives_up(counted, limit) for limit in limits)
+    return any(gives_up(counted(intent), limit) for limit in limits)
 
 
 def _save(intent: Intent, record: TaskRecord) -> None:

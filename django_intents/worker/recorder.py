@@ -34,8 +34,9 @@ from django.db import Error as DatabaseFailure
 from django.db import connections, transaction
 
 from django_intents.conf import get_settings
-from django_intents.managers import INSERT_BATCH, IntentManager
-from django_intents.rules.retries import backoff, gives_up
+from django_intents.managers import IntentManager
+from django_intents.rules.batches import INSERT_BATCH
+from django_intents.rules.retries import counted, retry_at
 from django_intents.rules.states import State
 from django_intents.signals import Outcome
 from django_intents.store.base import Ending
@@ -276,13 +277,11 @@ class Recorder:
         if claim.outcome is Outcome.SNOOZED:
             due = claim.due or now
             return Ending(id, token, State.PENDING, next_at=due, error=claim.cause, snooze=True)
-        # Snoozes never exhaust MAX_ATTEMPTS nor lengthen the backoff.
-        counted = intent.attempts - intent.snoozes
-        if claim.outcome is Outcome.STOPPED or gives_up(counted, self._max_attempts):
+        stopped = claim.outcome is Outcome.STOPPED
+        next_at = None if stopped else retry_at(id, counted(intent), self._max_attempts, now)
+        if next_at is None:
             return Ending(id, token, State.CANCELLED, error=claim.cause or "")
-        return Ending(
-            id, token, State.PENDING, next_at=now + backoff(id, counted), error=claim.cause
-        )
+        return Ending(id, token, State.PENDING, next_at=next_at, error=claim.cause)
 
     def _recorded(self, claim: Claim, ending: Ending | None, now: datetime) -> Outcome:
         """Say in the log how a recorded result ended; return its outcome.
