@@ -5,9 +5,9 @@ would wait on its round trips every turn. The pool therefore keeps a local
 queue for quick handlers: it claims ahead what its threads finish in
 ``QUEUE_FOR`` seconds at the rate they have been finishing, up to
 ``QUEUE_MAX``, in one statement. A no-op drain then claims hundreds of
-intents per round trip instead of two per thread (PostgreSQL, 8 workers:
-about three times the throughput, docs/benchmarks.md). A queued claim's lease
-is renewed like a running one, and a stop releases it unstarted.
+intents per round trip instead of two per thread (docs/benchmarks.md, "The
+local queue"). A queued claim's lease is renewed like a running one, and a
+stop releases it unstarted.
 
 The queue must not keep intents waiting in this process behind handlers that
 suddenly take long while another pool is idle. So it is sized from the rate
@@ -21,8 +21,8 @@ turn.
 
 Async handlers get a queue too, whatever their duration: the event loop
 starts a queued claim the moment an awaited handler returns, so a slot does
-not idle through the loop's record and claim round trips (a relay of 50 ms
-deliveries lost a sixth of its slots' time to them). A queued claim waits
+not idle through the loop's record and claim round trips (docs/benchmarks.md,
+"The event loop's queue"). A queued claim waits
 for a free slot, not behind one handler, so its wait is the queue over the
 rate at which slots free, whatever a handler takes: the event loop holds up
 to ``--concurrency`` more claims than it runs, as many as its handlers
@@ -109,9 +109,9 @@ class Demand:
         While the claims of kinds with ``LIMITS`` find room for all they ask,
         as under a ``per_target`` far above a partner's share, a claim queued
         ahead takes no place an intent would wait for, so the event loop
-        queues a full window, as for kinds without limits: a relay at 64 in
-        flight under a ``per_target`` 64 that never bound delivered 13 % less
-        than without it, its slots idle through each claim (docs/benchmarks.md).
+        queues a full window, as for kinds without limits: with a turn's
+        worth only, its slots would idle through each claim for a limit that
+        holds nothing back (docs/benchmarks.md).
         """
         self._roomy = not bound
 
@@ -199,11 +199,10 @@ def claim_groups(
     While one of its kinds has ``LIMITS``, the event loop claims ahead only
     what its slots free during one of the pool's turns, not in ``QUEUE_FOR``:
     a claim waiting for a slot holds one of its target's ``per_target``
-    places without running, and with a tenth of a second ahead a relay's
-    rate-limited partner got its deliveries in bursts and saw twice the
-    requests over its limit; a turn's worth only fills the slots that would
-    idle through the claim's round trip (docs/benchmarks.md, "The event
-    loop's queue").
+    places without running, so a window ahead sends a rate-limited partner
+    its deliveries in bursts, over its limit; a turn's worth only fills the
+    slots that would idle through the claim's round trip (docs/benchmarks.md,
+    "The event loop's queue").
     """
     awaited = {kind for kind, handler in handlers.items() if is_async(handler)}
     groups = []

@@ -148,16 +148,15 @@ class Recorder:
 
         Written by the writer thread, a result frees its target's place under
         ``LIMITS`` some milliseconds after the handler returned, and the next
-        claim sees it only a round trip after that: in a relay whose partners
-        sat at their ``per_target``, each place stayed taken about 11 ms
-        longer than its delivery. Completed by the claim (``claims.Riders``),
+        claim sees it only a round trip after that, so each place stays taken
+        longer than its delivery (docs/benchmarks.md, "A place frees for the
+        claim that follows"). Completed by the claim (``claims.Riders``),
         the place is free for that very claim. A pool with a writer thread
         only (``threaded``); the successes of a turn whose claims do not take
         them, or fail, go to the writer in the next turn. While the claims
         find room for all they ask (not ``bound``), no place is short, and the
         writer takes the successes at once, beside the claim: completed in
-        it, they would lengthen the loop's turn (a no-op drain under a
-        ``LIMITS`` that never binds lost a tenth of its rate).
+        it, they would lengthen the loop's turn.
         """
         riders = self._take_riders() if ride else []
         try:
