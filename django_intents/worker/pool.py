@@ -15,11 +15,11 @@ The loop is built from parts that each own their state and are called only
 from the loop thread: how much to claim (``demand.py``), the claims held
 (``leases.py``), the results to record (``recorder.py``), the stop
 (``shutdown.py``), the end of a drain (``drain.py``), the outage rule
-(``outage.py``) and the housekeeping, schedules included (``housekeeping.py``). The threads
-around it never share a field with it: worker threads and the event loop
-hand claims back through the ``finished`` queue, the listener and the
-threads ring the alarm, and ``stop()`` hands its deadline over through a
-queue of its own.
+(``outage.py``) and the housekeeping, schedules included
+(``housekeeping.py``). The threads around it never share a field with it:
+they take claims from the queues (``queues.py``) and hand them back through
+the ``finished`` queue, the listener and the threads ring the alarm, and
+``stop()`` hands its deadline over through a queue of its own.
 """
 
 from __future__ import annotations
