@@ -35,11 +35,11 @@ from django_intents.rules.identity import check_text
 
 if TYPE_CHECKING:
     from django_intents.attempt import Attempt
-    from django_intents.rules.intent import IntentRow
 
-# What the pool calls: ``handler(intent, attempt)``. The intent is named by the
-# protocol the rules read, not the model, whose manager asks this registry.
-Handler = Callable[["IntentRow", "Attempt"], Any]
+# What the pool calls: ``handler(intent, attempt)``, the intent an ``Intent``.
+# The type cannot name the model, whose manager asks this registry for kinds;
+# ``Any`` takes a handler that annotates its intent as an ``Intent``.
+Handler = Callable[[Any, "Attempt"], Any]
 H = TypeVar("H", bound=Callable[..., Any])
 
 
