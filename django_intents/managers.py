@@ -39,6 +39,8 @@ if TYPE_CHECKING:
 
 
 class IntentQuerySet(models.QuerySet["Intent"]):
+    """The reads: intents by state, and what a claim could take, in claim order."""
+
     def active(self) -> IntentQuerySet:
         return self.filter(state__in=states.ACTIVE)
 
@@ -70,6 +72,14 @@ class IntentQuerySet(models.QuerySet["Intent"]):
 
 
 class IntentManager(models.Manager.from_queryset(IntentQuerySet)):  # type: ignore[misc]
+    """``Intent.objects``: the transitions, one method each, and the reads of ``IntentQuerySet``.
+
+    Fenced transitions (``renew``, ``complete``, ``retry``, ...) are a
+    claimant's; administrative ones (``retry_now``, ``cancel`` and their
+    ``_many`` forms) an operator's, whatever the claim; ``pause`` and
+    ``resume`` act on a kind.
+    """
+
     # -- enqueue -------------------------------------------------------------
 
     def enqueue(
