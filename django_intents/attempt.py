@@ -1,10 +1,16 @@
-"""One run of a handler on one claimed intent, and what the handler can ask of it.
+"""One run of a handler on one claimed intent: what the handler can ask of it, and
+what the pool tells it.
 
-The worker sets ``cancelled`` when the claim is lost (an administrator retried
+The pool sets ``cancelled`` when the claim is lost (an administrator retried
 or cancelled the intent, another worker took over an expired lease) or when
 the pool shuts down; a long handler should look at it between steps. The
 claim token is the only truth, though: ``atomic()`` checks it inside the
 handler's own transaction, so a handler's writes can never outlive its claim.
+
+Handlers use ``cancelled``, ``lost``, ``check()``, ``wait_cancelled()`` and
+``atomic()``. The pool uses ``mark_cancelled()``, ``mark_lost()`` and
+``when_lost()``: they are public so that the pool's side of an attempt is a
+named interface, not for handlers to call.
 """
 
 from __future__ import annotations
@@ -13,14 +19,14 @@ import asyncio
 import contextlib
 import threading
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from django.db import router, transaction
 
 from django_intents.exceptions import ClaimLost
 
 if TYPE_CHECKING:
-    from django_intents.models import Intent
+    from django_intents.rules.intent import IntentRow
 
 _MAKING = threading.Lock()  # makes each attempt's ``cancelled`` once, whichever thread asks
 # Guards every attempt's lost and cancel state: held for a few assignments,
@@ -34,7 +40,7 @@ class Attempt:
     To unit-test a handler, claim an intent and pass ``Attempt(intent)``.
     """
 
-    def __init__(self, intent: Intent, *, using: str | None = None) -> None:
+    def __init__(self, intent: IntentRow, *, using: str | None = None) -> None:
         self.intent = intent
         self._cancelled: threading.Event | None = None
         self._using = using
@@ -113,8 +119,9 @@ class Attempt:
         if self._completed:
             raise RuntimeError(f"{self!r} already completed its intent in attempt.atomic()")
         # The model comes from the intent: this module is imported before the
-        # app registry is ready, so it cannot import the model itself.
-        model = type(self.intent)
+        # app registry is ready, and the model's manager checks handlers' kinds,
+        # so it cannot import the model itself.
+        model: Any = type(self.intent)
         using = self._using or router.db_for_write(model)
         if transaction.get_connection(using).in_atomic_block:
             # Inside an outer transaction the completion would only be durable
@@ -131,27 +138,38 @@ class Attempt:
                 )
         self._completed = True
 
-    # -- used by the worker ------------------------------------------------------
+    # -- the pool's side: not for handlers ----------------------------------------
 
-    def _cancel(self) -> None:
-        """Ask the handler to stop: set ``cancelled`` and wake ``wait_cancelled()``."""
+    def mark_cancelled(self) -> None:
+        """For the pool: ask the handler to stop (a shutdown, or a lost claim).
+
+        Sets ``cancelled`` and wakes ``wait_cancelled()``; the claim still holds.
+        """
         with _GUARD:
             self.cancelled.set()
             wakers, self._on_cancel = self._on_cancel, []
         for wake in wakers:
             wake()
 
-    def _lose(self) -> None:
-        """Mark the claim as gone and tell the handler to stop; an async one is cancelled."""
+    def mark_lost(self) -> None:
+        """For the pool: the claim is gone; tell the handler to stop.
+
+        Sets ``lost`` and ``cancelled``, and calls what ``when_lost`` registered:
+        an async handler's task is cancelled.
+        """
         with _GUARD:
             self._lost = True
             on_lost, self._on_lost = self._on_lost, None
-        self._cancel()
+        self.mark_cancelled()
         if on_lost is not None:
             on_lost()
 
-    def _when_lost(self, callback: Callable[[], None]) -> None:
-        """Call ``callback`` (once) when the claim is lost, now if it already is."""
+    def when_lost(self, callback: Callable[[], None]) -> None:
+        """For the pool: call ``callback`` (once) when the claim is lost, now if it already is.
+
+        The event loop cancels an async handler's task this way; one callback
+        per attempt, the last one registered.
+        """
         with _GUARD:
             if not self._lost:
                 self._on_lost = callback

@@ -38,9 +38,11 @@ from django_intents.rules.kinds import TASK_KIND
 
 if TYPE_CHECKING:
     from django_intents.attempt import Attempt
-    from django_intents.models import Intent
 
-Handler = Callable[["Intent", "Attempt"], Any]
+# What the pool calls: ``handler(intent, attempt)``, the intent an ``Intent``.
+# The type cannot name the model, whose manager asks this registry for kinds;
+# ``Any`` takes a handler that annotates its intent as an ``Intent``.
+Handler = Callable[[Any, "Attempt"], Any]
 H = TypeVar("H", bound=Callable[..., Any])
 
 

@@ -1,7 +1,7 @@
 """Reads on the QuerySet, transitions on the manager: one method per verb of the queue.
 
 The manager checks its arguments (a refused call writes nothing), asks the
-backend of its connection (``backends/``) to run the one guarded statement
+backend of its connection (``store/``) to run the one guarded statement
 of the transition, and announces what moved. Success is read from what the
 statement touched, so two callers racing for the same intent cannot both
 win. Fenced methods match ``claim_token`` as well as the state: a worker
@@ -19,18 +19,18 @@ from typing import TYPE_CHECKING, Any
 from asgiref.sync import sync_to_async
 from django.db import connections, models, router, transaction
 
-from django_intents.administrative import AdministrativeMethods
 from django_intents.conf import get_settings
 from django_intents.handlers import check_kind
-from django_intents.pauses import PauseMethods
 from django_intents.rules import states, validation
+from django_intents.rules.batches import INSERT_BATCH, MAX_LIMIT
 from django_intents.rules.identity import check_id, check_text
 from django_intents.rules.limits import applying
-from django_intents.rules.retries import backoff, gives_up
+from django_intents.rules.retries import retry_at
 from django_intents.rules.validation import aware, item_row, later, new_row
 from django_intents.signals import intents_rescued, intents_transitioned
 from django_intents.store import Backend, ClaimFilters, backend_for
-from django_intents.store.base import MAX_LIMIT, Ending
+from django_intents.store.admin import administer_many
+from django_intents.store.base import Ending
 from django_intents.store.claims import Claims
 from django_intents.store.clock import now_or
 from django_intents.tracing import sending
@@ -38,11 +38,10 @@ from django_intents.tracing import sending
 if TYPE_CHECKING:
     from django_intents.models import Intent
 
-ORDER = ("-priority", "next_at", "created_at", "id")  # claim order (claims.claim_order)
-INSERT_BATCH = 500
-
 
 class IntentQuerySet(models.QuerySet["Intent"]):
+    """The reads: intents by state, and what a claim could take, in claim order."""
+
     def active(self) -> IntentQuerySet:
         return self.filter(state__in=states.ACTIVE)
 
@@ -54,27 +53,34 @@ class IntentQuerySet(models.QuerySet["Intent"]):
         qs = self.active()
         if kind is not None:
             qs = qs.filter(kind=check_text("kind", kind))
-        return qs.order_by(*ORDER)
+        return qs.order_by(*states.CLAIM_ORDER)
 
     def in_state(self, state: str | None = None) -> IntentQuerySet:
         if state is None:
-            return self.order_by(*ORDER)
+            return self.order_by(*states.CLAIM_ORDER)
         if state not in states.ALL:
             expected = ", ".join(states.ALL)
             raise ValueError(f"unknown state {state!r}; expected one of {expected}")
-        return self.filter(state=state).order_by(*ORDER)
+        return self.filter(state=state).order_by(*states.CLAIM_ORDER)
 
     def due(self, now: datetime | None = None) -> IntentQuerySet:
         """Intents a claim at ``now`` could take: due pending ones and expired leases."""
-        return self.filter(states.due(now_or(now, self.db))).order_by(*ORDER)
+        return self.filter(states.due(now_or(now, self.db))).order_by(*states.CLAIM_ORDER)
 
     def expired(self, now: datetime | None = None) -> IntentQuerySet:
-        return self.filter(state=states.State.RUNNING, claim_until__lte=now_or(now, self.db))
+        """Running intents whose lease ran out by ``now``: due again, their holders fenced."""
+        return self.filter(states.expired(now_or(now, self.db)))
 
 
-class IntentManager(  # type: ignore[misc]
-    AdministrativeMethods, PauseMethods, models.Manager.from_queryset(IntentQuerySet)
-):
+class IntentManager(models.Manager.from_queryset(IntentQuerySet)):  # type: ignore[misc]
+    """``Intent.objects``: the transitions, one method each, and the reads of ``IntentQuerySet``.
+
+    Fenced transitions (``renew``, ``complete``, ``retry``, ...) are a
+    claimant's; administrative ones (``retry_now``, ``cancel`` and their
+    ``_many`` forms) an operator's, whatever the claim; ``pause`` and
+    ``resume`` act on a kind.
+    """
+
     # -- enqueue -------------------------------------------------------------
 
     def enqueue(
@@ -349,10 +355,10 @@ class IntentManager(  # type: ignore[misc]
             return False
         # attempts only changes when a claim replaces the token, so the fence
         # of the update below also guarantees this count is still the current one.
-        if gives_up(attempts, get_settings().max_attempts):
+        next_at = retry_at(id, attempts, get_settings().max_attempts, now)
+        if next_at is None:
             kinds = backend.cancel_claim(id, claim_token, now=now, error=error)
             return self._moved(states.State.CANCELLED, kinds, backend)
-        next_at = later(now, backoff(id, attempts), "backoff")
         kinds = backend.retry(id, claim_token, now=now, next_at=next_at, error=error)
         return self._moved(states.State.PENDING, kinds, backend)
 
@@ -382,6 +388,68 @@ class IntentManager(  # type: ignore[misc]
         now, id = now_or(now, self._alias()), check_id(id)
         backend = self._backend()
         return self._moved(states.State.COMPLETED, backend.complete_pending(id, now=now), backend)
+
+    # -- administrative: what an operator does, whatever the claim ---------------
+
+    def retry_now(self, id: str, *, now: datetime | None = None) -> bool:  # noqa: A002
+        """Make an unfinished intent due now; a current claimant loses its claim.
+
+        A finished intent is left alone. The claimant is fenced: its token
+        matches nothing any more, so whatever it records later is dropped.
+        """
+        now, id = now_or(now, self._alias()), check_id(id)
+        backend = self._backend()
+        return self._moved(states.State.PENDING, backend.retry_now(id, now=now), backend)
+
+    def cancel(self, id: str, *, now: datetime | None = None) -> bool:  # noqa: A002
+        """Cancel an unfinished intent; a current claimant loses its claim."""
+        now, id = now_or(now, self._alias()), check_id(id)
+        backend = self._backend()
+        return self._moved(states.State.CANCELLED, backend.cancel(id, now=now), backend)
+
+    def retry_now_many(self, ids: Iterable[str], *, now: datetime | None = None) -> list[str]:
+        """``retry_now`` on each of ``ids``; return the ids it moved, in no particular order.
+
+        What the admin's actions run on a selection: one statement per batch
+        of intents (``store/admin.py``), not one per intent.
+        """
+        return self._many("retry_now", states.State.PENDING, ids, now)
+
+    def cancel_many(self, ids: Iterable[str], *, now: datetime | None = None) -> list[str]:
+        """``cancel`` on each of ``ids``; return the ids it moved, in no particular order."""
+        return self._many("cancel", states.State.CANCELLED, ids, now)
+
+    def _many(self, name: str, to: str, ids: Iterable[str], now: datetime | None) -> list[str]:
+        if isinstance(ids, str | bytes):
+            raise TypeError("ids must be an iterable of ids, not a single string")
+        checked = list(dict.fromkeys(check_id(id) for id in ids))
+        if not checked:
+            return []
+        now, backend = now_or(now, self._alias()), self._backend()
+        moved = administer_many(backend, name, checked, now=now)
+        self._moved(to, [kind for _, kind in moved], backend)
+        return [id for id, _ in moved]
+
+    # -- paused kinds (SPEC §11) -------------------------------------------------
+
+    def pause(self, kind: str, *, now: datetime | None = None) -> bool:
+        """Stop every claim of ``kind`` from the next one on; ``True`` if it was not paused.
+
+        A pause is a row in ``PausedKind``. Every claim and due probe leaves
+        paused kinds out in its own statement, so a pool learns of a pause at
+        its next claim with no query of its own; the attempts already running
+        finish normally, and enqueue keeps recording.
+        """
+        kind, now = check_text("kind", kind), now_or(now, self._alias())
+        return self._backend().pause(kind, now=now)
+
+    def resume(self, kind: str) -> bool:
+        """Let claims take ``kind`` again; ``True`` if it was paused."""
+        return self._backend().resume(check_text("kind", kind))
+
+    def paused(self) -> set[str]:
+        """The kinds paused now."""
+        return self._backend().paused()
 
     # -- plumbing --------------------------------------------------------------
 

@@ -1,4 +1,9 @@
-"""The one table: an intent and its state machine."""
+"""The tables: an intent and its state machine, and the paused kinds.
+
+The state names, the claim order and the column sizes come from ``rules/``,
+where the store reads them too; the constraints hold the state machine's
+invariants in the database whatever process writes.
+"""
 
 from __future__ import annotations
 
@@ -11,8 +16,15 @@ from django.db.models import Q
 from django_intents.managers import IntentManager
 from django_intents.rules import states
 from django_intents.rules.identity import ID_LENGTH, MAX_LENGTHS
+from django_intents.rules.states import State
+from django_intents.rules.validation import PRIORITY_RANGE
 from django_intents.store import partial_indexes_served
 from django_intents.tracing import MAX_CONTEXT
+
+# Claimable: what the claim's indexes hold. Spelled as OR, like the claim's
+# SQL: PostgreSQL proves the claim may use a partial index only when the two
+# texts match.
+CLAIMABLE = Q(state=State.PENDING) | Q(state=State.RUNNING)
 
 
 class Intent(models.Model):
@@ -54,7 +66,7 @@ class Intent(models.Model):
     objects = IntentManager()
 
     class Meta:
-        ordering = ("-priority", "next_at", "created_at", "id")
+        ordering = states.CLAIM_ORDER
         indexes = (
             # The claim walks this index in claim order for the default priority
             # 0; the trailing ``priority`` lets it step over other priorities
@@ -63,33 +75,31 @@ class Intent(models.Model):
             # MariaDB have no partial indexes: migrations 0002 and 0007 add full ones.
             models.Index(
                 fields=("next_at", "created_at", "id", "priority"),
-                # Spelled as OR, like the claim's SQL: PostgreSQL proves the
-                # claim may use this index only when the two texts match.
-                condition=Q(state="pending") | Q(state="running"),
+                condition=CLAIMABLE,
                 name="intents_claimable_idx",
             ),
             # Intents with a priority above 0, and below 0, each in claim order:
             # usually few, so the claim's branches for them cost a lookup in a
-            # small index (backends/claims.py, ``Branch``). Two indexes, not one:
+            # small index (store/claims.py, ``Branch``). Two indexes, not one:
             # each branch's condition is its index's, so the planner has no
             # priority test to estimate and walks the index in order.
             models.Index(
-                fields=("-priority", "next_at", "created_at", "id"),
-                condition=(Q(state="pending") | Q(state="running")) & Q(priority__gt=0),
+                fields=states.CLAIM_ORDER,
+                condition=CLAIMABLE & Q(priority__gt=0),
                 name="intents_high_priority_idx",
             ),
             models.Index(
-                fields=("-priority", "next_at", "created_at", "id"),
-                condition=(Q(state="pending") | Q(state="running")) & Q(priority__lt=0),
+                fields=states.CLAIM_ORDER,
+                condition=CLAIMABLE & Q(priority__lt=0),
                 name="intents_low_priority_idx",
             ),
             models.Index(
                 fields=("claim_until",),
-                condition=Q(state="running"),
+                condition=Q(state=State.RUNNING),
                 name="intents_lease_idx",
             ),
             # Counts per kind and state, the kind filter and the list of kinds, and
-            # a search by event id as one lookup per kind and state (admin_list.py).
+            # a search by event id as one lookup per kind and state (admin/changelist.py).
             models.Index(fields=("kind", "state", "event_id"), name="intents_kind_state_event_idx"),
             # The admin's list, newest first (ties by id, as Django orders it), without
             # sorting the table.
@@ -98,25 +108,25 @@ class Intent(models.Model):
             # planner is never tempted by an index that leads with state.
             models.Index(
                 fields=("updated_at",),
-                condition=Q(state="completed") | Q(state="cancelled"),
+                condition=Q(state=State.COMPLETED) | Q(state=State.CANCELLED),
                 name="intents_finished_idx",
             ),
         )
         constraints = (
             models.CheckConstraint(
-                condition=Q(state__in=("pending", "running", "completed", "cancelled")),
+                condition=Q(state__in=states.ALL),
                 name="intents_state_valid",
             ),
             models.CheckConstraint(
-                condition=Q(priority__gte=-100) & Q(priority__lte=100),
+                condition=Q(priority__gte=PRIORITY_RANGE[0]) & Q(priority__lte=PRIORITY_RANGE[1]),
                 name="intents_priority_range",
             ),
             models.CheckConstraint(
-                condition=~Q(state="running") | Q(claim_until__isnull=False),
+                condition=~Q(state=State.RUNNING) | Q(claim_until__isnull=False),
                 name="intents_running_has_lease",
             ),
             models.CheckConstraint(
-                condition=Q(state="running") | Q(claim_token=""),
+                condition=Q(state=State.RUNNING) | Q(claim_token=""),
                 name="intents_claim_only_when_running",
             ),
         )

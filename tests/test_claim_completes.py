@@ -14,8 +14,8 @@ import pytest
 from django.db import DatabaseError
 
 from django_intents.attempt import Attempt
-from django_intents.managers import INSERT_BATCH
 from django_intents.models import Intent
+from django_intents.rules.batches import INSERT_BATCH
 from django_intents.signals import Outcome
 from django_intents.store.claims import Claims
 from django_intents.worker.execution import Claim

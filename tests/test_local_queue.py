@@ -13,8 +13,9 @@ import pytest
 from django_intents.attempt import Attempt
 from django_intents.models import Intent
 from django_intents.worker import demand
-from django_intents.worker.demand import Demand, LocalQueue
+from django_intents.worker.demand import Demand
 from django_intents.worker.execution import Claim
+from django_intents.worker.queues import LocalQueue
 
 from .conftest import external_kinds, row
 from .test_worker_pool import Background, background, enqueue_at, pool, running  # noqa: F401

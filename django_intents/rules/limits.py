@@ -1,17 +1,20 @@
-"""Per-kind concurrency limits (``INTENTS["LIMITS"]``, SPEC §10): the rule, in one place.
+"""Per-kind concurrency limits (``INTENTS["LIMITS"]``, SPEC §10): the setting and the rule.
 
 A limit caps how many intents of a kind run at once across every pool on the
 database (``running``), and how many of them share one ``target``
-(``per_target``). The claim enforces it (``backends/limited.py``): under a
-lock that serialises the claims of the limited kinds, it counts the live
-leases, walks the due intents in claim order and admits each one that still
-fits. One that does not stays ``pending``, where it was in the order, and
-takes no worker; an expired lease no longer counts, so a crashed pool's
-slots free themselves when its leases run out.
+(``per_target``). Only live leases count: an expired lease does not, so a
+crashed pool's slots free themselves when its leases run out. A due intent
+that does not fit stays ``pending``, in its place in the claim order, and
+takes no worker.
 
-The admission is Python, not SQL, on purpose: the same few lines serve the
-three databases, the admin and the gauge (what a limit holds back), and a
-test can read the rule here.
+This module holds the rule in Python: ``parse`` checks the setting,
+``Admission`` admits due intents in claim order against the live leases, and
+``held_back`` counts what a limit keeps waiting (the admin's summary and the
+gauges). The claim applies it in the store, under a lock that serialises the
+claims of the limited kinds (``store/limited.py``): SQLite and MariaDB
+through ``Admission``, PostgreSQL in the claim statement itself
+(``store/postgresql/limited.py``), which counts the live leases and admits
+in order with window functions, to the same rule.
 """
 
 from __future__ import annotations

@@ -1,14 +1,23 @@
 """When a failed intent runs again, and when it never does.
 
-One place decides "retry or give up": the manager's ``retry``, the claim's
-treatment of an expired lease, the worker's log line and the django.tasks
-runner all ask ``gives_up``.
+``retry_at`` is the retry-or-cancel decision of a failed attempt, and
+``counted`` the attempts it counts: the manager's ``retry`` and the pool's
+recorder ask ``retry_at``; the django.tasks runner asks ``gives_up`` with
+``counted`` for its own bound too. The claim leaves an expired lease that
+used the last attempt to the store, which writes the same comparison in SQL
+(``attempts >= snoozes + MAX_ATTEMPTS``).
 """
 
 from __future__ import annotations
 
 import hashlib
-from datetime import timedelta
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
+
+from django_intents.rules.validation import later
+
+if TYPE_CHECKING:
+    from django_intents.rules.intent import IntentRow
 
 MAX_DELAY_SECONDS = 3600
 
@@ -27,9 +36,23 @@ def backoff(id: str, attempts: int) -> timedelta:  # noqa: A002 - the public nam
     return timedelta(seconds=int(base * (1 + jitter)))
 
 
+def counted(intent: IntentRow) -> int:
+    """The attempts of ``intent`` that count: snoozes (``Retry(after=...)``) never
+    exhaust ``MAX_ATTEMPTS`` nor lengthen the backoff."""
+    return intent.attempts - intent.snoozes
+
+
 def gives_up(attempts: int, max_attempts: int | None) -> bool:
     """Whether an intent that failed on attempt number ``attempts`` is cancelled, not retried.
 
     Retries are unbounded unless ``INTENTS["MAX_ATTEMPTS"]`` is set.
     """
     return max_attempts is not None and attempts >= max_attempts
+
+
+def retry_at(id: str, attempts: int, max_attempts: int | None, now: datetime) -> datetime | None:  # noqa: A002
+    """When intent ``id``, failed at ``now`` on counted attempt ``attempts``, runs again:
+    after its ``backoff``, or ``None`` when it has used its last attempt and is cancelled."""
+    if gives_up(attempts, max_attempts):
+        return None
+    return later(now, backoff(id, attempts), "backoff")

@@ -16,7 +16,7 @@ from typing import Any
 from django.utils import timezone
 
 from django_intents.rules.identity import check_id, check_text, digest
-from django_intents.rules.states import State
+from django_intents.rules.states import NO_CLAIM, State
 
 MAX_ERROR_LENGTH = 10_000
 ITEM_KEYS = frozenset({"kind", "event_id", "target", "payload", "next_at", "id", "priority"})
@@ -188,8 +188,7 @@ def new_row(
             "created_at": now,
             "updated_at": now,
             "last_error": "",
-            "claim_token": "",
-            "claim_until": None,
+            **NO_CLAIM,
             "trace_context": "",
         }
     except (TypeError, ValueError) as exc:

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any, cast
 
 from django.apps import apps
 from django.core.checks import CheckMessage, Error
-from django.core.exceptions import ImproperlyConfigured
 from django.db import router
 
 from django_intents.handlers import registry
@@ -35,9 +34,8 @@ from django_intents.tasks.compat import (
 )
 from django_intents.tasks.record import (
     STATUS,
-    MalformedRecord,
+    UNREADABLE,
     TaskRecord,
-    check_storable,
     load_task,
     make_result,
 )
@@ -131,7 +129,7 @@ class IntentsBackend(BaseTaskBackend):
         id = intent_id(TASK_KIND, event_id, task.module_path)  # noqa: A001
         # TaskResult normalises the arguments: unsupported types raise Django's own error.
         result = self._new_result(task, id, args, kwargs)
-        record = self._record(task, result)
+        record = TaskRecord.of(task, result.args, result.kwargs, self.alias)
         manager = _intents()
         if key is not None:
             stored = manager.filter(pk=id).first()
@@ -189,7 +187,7 @@ class IntentsBackend(BaseTaskBackend):
         try:
             record = TaskRecord.from_payload(intent.payload)
             task = self.task_for(record)
-        except (MalformedRecord, InvalidTask, ImproperlyConfigured) as exc:
+        except UNREADABLE as exc:
             raise TaskResultDoesNotExist(f"{intent.id}: {exc}") from exc
         return self._result(intent, task, record)
 
@@ -212,16 +210,9 @@ class IntentsBackend(BaseTaskBackend):
     def _result(
         self, intent: Intent, task: Task[Any, Any], record: TaskRecord
     ) -> TaskResult[Any, Any]:
-        finished = intent.state in TERMINAL
-        return make_result(
-            task,
-            id=intent.id,
-            status=STATUS[intent.state],
-            enqueued_at=intent.created_at,
-            # A finished intent's last transition was its completion or cancellation.
-            finished_at=intent.updated_at if finished else None,
-            record=record,
-        )
+        # A finished intent's last transition was its completion or cancellation.
+        finished = intent.updated_at if intent.state in TERMINAL else None
+        return make_result(task, intent, record, STATUS[intent.state], finished)
 
     def _new_result(
         self,
@@ -243,18 +234,6 @@ class IntentsBackend(BaseTaskBackend):
             backend=self.alias,
             errors=[],
             worker_ids=[],
-        )
-
-    def _record(self, task: Task[Any, Any], result: TaskResult[Any, Any]) -> TaskRecord:
-        return TaskRecord(
-            path=task.module_path,
-            args=check_storable(result.args, "args"),
-            kwargs=check_storable(result.kwargs, "kwargs"),
-            backend=self.alias,
-            queue_name=task.queue_name,
-            priority=task.priority,
-            run_after=task.run_after,
-            idempotency_key=getattr(task, "idempotency_key", None),
         )
 
     def _stored_result(

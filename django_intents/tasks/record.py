@@ -13,13 +13,17 @@ from __future__ import annotations
 import traceback
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
 from django_intents.rules.states import State
 from django_intents.rules.validation import check_json
 from django_intents.tasks.compat import InvalidTask, Task, TaskError, TaskResult, TaskResultStatus
+
+if TYPE_CHECKING:
+    from django_intents.rules.intent import IntentRow
 
 # A task retried for days would otherwise carry every traceback it ever raised.
 MAX_ERRORS = 10
@@ -35,6 +39,11 @@ STATUS: dict[str, TaskResultStatus] = {
 
 class MalformedRecord(ValueError):
     """The payload of a task intent is not a task record (edited, or compacted by retention)."""
+
+
+# What reading a stored task back may raise: a payload that is not a record, a
+# path that names no task, options the task's backend no longer accepts.
+UNREADABLE = (MalformedRecord, InvalidTask, ImproperlyConfigured)
 
 
 @dataclass
@@ -55,6 +64,21 @@ class TaskRecord:
     errors: list[TaskError] = field(default_factory=list)
     has_return_value: bool = False
     return_value: Any = None
+
+    @classmethod
+    def of(cls, task: Task[..., Any], args: Any, kwargs: Any, backend: str) -> TaskRecord:
+        """The record of ``task`` enqueued with ``args`` and ``kwargs`` on ``backend``;
+        ``ValueError`` if they would not read back from JSON as they are."""
+        return cls(
+            path=task.module_path,
+            args=check_storable(args, "args"),
+            kwargs=check_storable(kwargs, "kwargs"),
+            backend=backend,
+            queue_name=task.queue_name,
+            priority=task.priority,
+            run_after=task.run_after,
+            idempotency_key=getattr(task, "idempotency_key", None),
+        )
 
     def to_payload(self) -> dict[str, Any]:
         payload: dict[str, Any] = {
@@ -153,18 +177,17 @@ def load_task(path: str) -> Task[..., Any]:
 
 def make_result(
     task: Task[..., Any],
-    *,
-    id: str,  # noqa: A002 - TaskResult names it
-    status: TaskResultStatus,
-    enqueued_at: datetime,
-    finished_at: datetime | None,
+    intent: IntentRow,
     record: TaskRecord,
+    status: TaskResultStatus,
+    finished_at: datetime | None = None,
 ) -> TaskResult[..., Any]:
+    """The ``TaskResult`` of ``intent``, whose payload is ``record``, in ``status``."""
     result: TaskResult[..., Any] = TaskResult(
         task=task,
-        id=id,
+        id=intent.id,
         status=status,
-        enqueued_at=enqueued_at,
+        enqueued_at=intent.created_at,
         started_at=record.started_at,
         finished_at=finished_at,
         last_attempted_at=record.last_attempted_at,

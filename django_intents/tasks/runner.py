@@ -24,18 +24,16 @@ import socket
 import sys
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime
 from typing import TYPE_CHECKING, Any, NoReturn, ParamSpec, Protocol, TypeVar, runtime_checkable
 
 from asgiref.sync import sync_to_async
-from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, close_old_connections, connections, router
 from django.dispatch import Signal
 
 from django_intents.conf import get_settings
 from django_intents.exceptions import ClaimLost, Stop
 from django_intents.handlers import Handler
-from django_intents.rules.retries import gives_up
+from django_intents.rules.retries import counted, gives_up
 from django_intents.rules.states import State
 from django_intents.rules.validation import exception_text
 from django_intents.store.clock import server_now
@@ -51,7 +49,7 @@ from django_intents.tasks.compat import (
     task_started,
 )
 from django_intents.tasks.record import (
-    MalformedRecord,
+    UNREADABLE,
     TaskRecord,
     check_storable,
     load_task,
@@ -135,7 +133,7 @@ def for_intent(intent: Intent) -> Handler:
     try:
         path = TaskRecord.from_payload(intent.payload).path
         func = getattr(load_task(path), "func", None)
-    except (MalformedRecord, InvalidTask, ImproperlyConfigured, ImportError):
+    except (*UNREADABLE, ImportError):
         return run_task  # which says why the task cannot run
     return run_task_async if inspect.iscoroutinefunction(func) else run_task
 
@@ -150,7 +148,7 @@ def _start(intent: Intent) -> tuple[_Backend, Task[Any, Any], TaskRecord, TaskRe
         record = TaskRecord.from_payload(intent.payload)
         backend = _backend(record.backend)
         task = backend.task_for(record)
-    except (MalformedRecord, InvalidTask, ImproperlyConfigured) as exc:
+    except UNREADABLE as exc:
         # Never retried: the stored path or options will not get better by waiting.
         raise Stop(f"cannot run this task: {exc}") from exc
     now = server_now(intent._state.db)
@@ -158,7 +156,7 @@ def _start(intent: Intent) -> tuple[_Backend, Task[Any, Any], TaskRecord, TaskRe
     record.started_at = record.started_at or now
     record.last_attempted_at = now
     _save(intent, record)
-    result = _result(intent, task, record, TaskResultStatus.RUNNING)
+    result = make_result(task, intent, record, TaskResultStatus.RUNNING)
     _send(task_started, backend, result)
     return backend, task, record, result
 
@@ -189,7 +187,9 @@ def _succeeded(
     with attempt.atomic():
         _save(intent, record)
     _send(
-        task_finished, backend, _result(intent, task, record, TaskResultStatus.SUCCESSFUL, finished)
+        task_finished,
+        backend,
+        make_result(task, intent, record, TaskResultStatus.SUCCESSFUL, finished),
     )
 
 
@@ -229,7 +229,7 @@ def _failed(
         raise lost from exc
     status = TaskResultStatus.FAILED if final else TaskResultStatus.READY
     finished = server_now(intent._state.db) if final else None
-    _send(task_finished, backend, _result(intent, task, record, status, finished))
+    _send(task_finished, backend, make_result(task, intent, record, status, finished))
     if isinstance(exc, Stop):
         raise exc
     if final:
@@ -259,8 +259,7 @@ def _is_final(exc: BaseException, intent: Intent, backend: _Backend) -> bool:
     if isinstance(exc, Stop) or not isinstance(exc, Exception):
         return True  # Stop, SystemExit, KeyboardInterrupt, ...
     limits = (backend.max_attempts, get_settings().max_attempts)
-    counted = intent.attempts - intent.snoozes  # snoozes never exhaust an intent
-    return any(gives_up(counted, limit) for limit in limits)
+    return any(gives_up(counted(intent), limit) for limit in limits)
 
 
 def _save(intent: Intent, record: TaskRecord) -> None:
@@ -273,23 +272,6 @@ def _save(intent: Intent, record: TaskRecord) -> None:
     )
     if not saved:
         raise ClaimLost(f"intent {intent.id} was fenced while its task ran; its outcome is dropped")
-
-
-def _result(
-    intent: Intent,
-    task: Task[Any, Any],
-    record: TaskRecord,
-    status: TaskResultStatus,
-    finished_at: datetime | None = None,
-) -> TaskResult[Any, Any]:
-    return make_result(
-        task,
-        id=intent.id,
-        status=status,
-        enqueued_at=intent.created_at,
-        finished_at=finished_at,
-        record=record,
-    )
 
 
 def _backend(alias: str) -> _Backend:

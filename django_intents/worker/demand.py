@@ -5,9 +5,9 @@ would wait on its round trips every turn. The pool therefore keeps a local
 queue for quick handlers: it claims ahead what its threads finish in
 ``QUEUE_FOR`` seconds at the rate they have been finishing, up to
 ``QUEUE_MAX``, in one statement. A no-op drain then claims hundreds of
-intents per round trip instead of two per thread (PostgreSQL, 8 workers:
-about three times the throughput, docs/benchmarks.md). A queued claim's lease
-is renewed like a running one, and a stop releases it unstarted.
+intents per round trip instead of two per thread (docs/benchmarks.md, "The
+local queue"). A queued claim's lease is renewed like a running one, and a
+stop releases it unstarted.
 
 The queue must not keep intents waiting in this process behind handlers that
 suddenly take long while another pool is idle. So it is sized from the rate
@@ -21,8 +21,8 @@ turn.
 
 Async handlers get a queue too, whatever their duration: the event loop
 starts a queued claim the moment an awaited handler returns, so a slot does
-not idle through the loop's record and claim round trips (a relay of 50 ms
-deliveries lost a sixth of its slots' time to them). A queued claim waits
+not idle through the loop's record and claim round trips (docs/benchmarks.md,
+"The event loop's queue"). A queued claim waits
 for a free slot, not behind one handler, so its wait is the queue over the
 rate at which slots free, whatever a handler takes: the event loop holds up
 to ``--concurrency`` more claims than it runs, as many as its handlers
@@ -35,16 +35,15 @@ asked (``Demand.claimed``).
 from __future__ import annotations
 
 import math
-import queue
 import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from django_intents.handlers import Handler
-from django_intents.worker.execution import Claim, is_async
+from django_intents.worker.execution import is_async
 from django_intents.worker.floor import ClaimFloor
 from django_intents.worker.leases import LeaseTable
+from django_intents.worker.queues import Queued
 from django_intents.worker.shutdown import Shutdown
 
 CLAIM_AHEAD_BELOW = 0.02  # seconds: handlers quicker than this on average get a local queue
@@ -110,9 +109,9 @@ class Demand:
         While the claims of kinds with ``LIMITS`` find room for all they ask,
         as under a ``per_target`` far above a partner's share, a claim queued
         ahead takes no place an intent would wait for, so the event loop
-        queues a full window, as for kinds without limits: a relay at 64 in
-        flight under a ``per_target`` 64 that never bound delivered 13 % less
-        than without it, its slots idle through each claim (docs/benchmarks.md).
+        queues a full window, as for kinds without limits: with a turn's
+        worth only, its slots would idle through each claim for a limit that
+        holds nothing back (docs/benchmarks.md).
         """
         self._roomy = not bound
 
@@ -172,64 +171,6 @@ class Demand:
             shutdown.release(claims, started=False)
 
 
-class Queued(Protocol):
-    """Claims waiting to start: the threads' ``LocalQueue``, or the event loop's."""
-
-    def qsize(self) -> int: ...
-
-    def take(self, count: int) -> list[Claim]: ...
-
-
-def outranks(claims: list[Claim], last: int) -> bool:
-    """Whether one of ``claims`` ranks above ``last``, the priority of the lowest queued.
-
-    A claim's intents come in priority order, so the queue stays in order
-    while a claim outranks nothing queued, and its intents go at its end.
-    """
-    return max(c.intent.priority for c in claims) > last
-
-
-def by_priority(claims: list[Claim]) -> list[Claim]:
-    return sorted(claims, key=lambda c: -c.intent.priority)  # stable: claim order within one
-
-
-class LocalQueue(queue.SimpleQueue[Claim | None]):
-    """The claims waiting for a worker thread, highest priority first.
-
-    A claim arrives in claim order, so the queue stays in that order while
-    each claim's intents rank no higher than those already queued; an intent
-    of a higher priority (an urgent one enqueued while the queue is full of a
-    backlog) is put ahead of them, so it waits for no more than the claim
-    that brought it. ``None`` ends a thread.
-    """
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._last = 0  # the priority of the claim put last, the lowest queued
-
-    def put_claims(self, claims: list[Claim]) -> None:
-        if not claims:
-            return
-        if self.qsize() and outranks(claims, self._last):
-            claims = by_priority(self.take(self.qsize()) + claims)
-        for claim in claims:
-            self.put(claim)
-        self._last = claims[-1].intent.priority
-
-    def take(self, count: int) -> list[Claim]:
-        """Up to ``count`` queued claims, first first; a worker may take some meanwhile."""
-        claims: list[Claim] = []
-        while len(claims) < count:
-            try:
-                claim = self.get_nowait()
-            except queue.Empty:
-                break
-            if claim is None:  # stop sentinels are only queued once the loop has ended
-                break
-            claims.append(claim)
-        return claims
-
-
 @dataclass
 class ClaimGroup:
     """The kinds a pool claims together: those run by threads, or those awaited.
@@ -258,11 +199,10 @@ def claim_groups(
     While one of its kinds has ``LIMITS``, the event loop claims ahead only
     what its slots free during one of the pool's turns, not in ``QUEUE_FOR``:
     a claim waiting for a slot holds one of its target's ``per_target``
-    places without running, and with a tenth of a second ahead a relay's
-    rate-limited partner got its deliveries in bursts and saw twice the
-    requests over its limit; a turn's worth only fills the slots that would
-    idle through the claim's round trip (docs/benchmarks.md, "The event
-    loop's queue").
+    places without running, so a window ahead sends a rate-limited partner
+    its deliveries in bursts, over its limit; a turn's worth only fills the
+    slots that would idle through the claim's round trip (docs/benchmarks.md,
+    "The event loop's queue").
     """
     awaited = {kind for kind, handler in handlers.items() if is_async(handler)}
     groups = []

@@ -30,8 +30,8 @@ from collections.abc import Callable, Coroutine
 from typing import Any, cast
 
 from django_intents.tracing import processing
-from django_intents.worker.demand import by_priority, outranks
 from django_intents.worker.execution import Claim, Finished
+from django_intents.worker.queues import by_priority, outranks
 
 
 class EventLoop:
@@ -128,7 +128,7 @@ class EventLoop:
             with contextlib.suppress(RuntimeError):  # the loop closed: the task is over
                 loop.call_soon_threadsafe(task.cancel)
 
-        claim.attempt._when_lost(cancel)
+        claim.attempt.when_lost(cancel)
 
     async def _attempt(self, claim: Claim) -> None:
         started = time.monotonic()

@@ -1,6 +1,6 @@
 """Running a handler on one claimed intent: in a worker thread, or awaited on the event loop.
 
-The pool's loop (``worker.py``) claims, renews and records; this module is
+The pool's loop (``pool.py``) claims, renews and records; this module is
 the other side. A sync handler runs in one of the pool's worker threads,
 which take ``Claim`` objects from ``jobs``; an async one is awaited on the
 pool's event loop (``eventloop.py``). Either way the handler's outcome is
@@ -70,7 +70,7 @@ class Claim:
             return True
         # It waited in the pool's queue while its claim was lost: retried or
         # cancelled meanwhile, or its lease ran out. Another worker may own it.
-        self.attempt._lose()
+        self.attempt.mark_lost()
         log.info("%s: not started, the claim was lost while it waited", self.name)
         self.outcome = Outcome.FENCED
         return False
@@ -206,7 +206,7 @@ class Executor:
             close_old_connections()
         claim.ended(started, error)
         # The exception's traceback holds this frame, which holds the exception:
-        # left to the garbage collector, 20,000 failures cost three times the CPU.
+        # break the cycle here rather than leave it to the garbage collector.
         error = None
 
 

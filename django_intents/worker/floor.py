@@ -4,8 +4,8 @@ On PostgreSQL an intent that finishes leaves its old row versions behind, and
 their entries stay in the claim index until VACUUM removes them. They sort by
 ``next_at`` like the live ones, and they are older, so a claim that walks the
 index from its start steps over every one of them before it reaches the first
-live intent: with half a million finished intents not yet vacuumed, about ten
-thousand index pages on every claim, where a vacuumed table needs a handful.
+live intent: the more finished intents wait for VACUUM, the more index pages
+every claim reads, where a vacuumed table needs a handful.
 
 A pool therefore remembers a floor: an instant before which no due intent of
 its kinds was seen, and claims with ``since=floor``, which starts the walk
@@ -64,7 +64,7 @@ class ClaimFloor:
     ) -> None:
         """Record a claim of up to ``limit`` made at ``now`` with ``since``.
 
-        The floor is of priority 0 (``backends/claims.py``, ``Branch``): the
+        The floor is of priority 0 (``store/claims.py``, ``Branch``): the
         claim's first intent may be of another priority and due later than
         intents of priority 0 it never reached, when it filled up before it
         walked them. Then it says nothing about the floor.

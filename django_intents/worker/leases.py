@@ -157,14 +157,14 @@ class LeaseTable:
 
     def lose(self, claim: Claim, why: str) -> None:
         """Cancel the attempt of a claim that is gone; its result will be dropped."""
-        claim.attempt._lose()
+        claim.attempt.mark_lost()
         self._renew_at[claim.intent.claim_token] = math.inf
         log.warning("%s: claim lost, %s; attempt cancelled, its result dropped", claim.name, why)
 
     def abandon(self, *, unrecorded: int) -> None:
         """Cancel every attempt when nothing can be released, and say what is left behind."""
         for claim in self._held.values():
-            claim.attempt._lose()
+            claim.attempt.mark_lost()
         if self._held:
             log.error(
                 "%d attempt result(s) could not be recorded and %d intent(s) stay running "

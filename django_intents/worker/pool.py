@@ -15,11 +15,11 @@ The loop is built from parts that each own their state and are called only
 from the loop thread: how much to claim (``demand.py``), the claims held
 (``leases.py``), the results to record (``recorder.py``), the stop
 (``shutdown.py``), the end of a drain (``drain.py``), the outage rule
-(``outage.py``) and the housekeeping, schedules included (``housekeeping.py``). The threads
-around it never share a field with it: worker threads and the event loop
-hand claims back through the ``finished`` queue, the listener and the
-threads ring the alarm, and ``stop()`` hands its deadline over through a
-queue of its own.
+(``outage.py``) and the housekeeping, schedules included
+(``housekeeping.py``). The threads around it never share a field with it:
+they take claims from the queues (``queues.py``) and hand them back through
+the ``finished`` queue, the listener and the threads ring the alarm, and
+``stop()`` hands its deadline over through a queue of its own.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from django_intents.rules.validation import check_pool
 from django_intents.signals import Outcome
 from django_intents.store.clock import server_now
 from django_intents.worker import log
-from django_intents.worker.demand import ClaimGroup, LocalQueue, Queued, claim_groups
+from django_intents.worker.demand import ClaimGroup, claim_groups
 from django_intents.worker.drain import Drain
 from django_intents.worker.eventloop import EventLoop
 from django_intents.worker.execution import (
@@ -55,6 +55,7 @@ from django_intents.worker.execution import (
 from django_intents.worker.housekeeping import Housekeeping, Liveness
 from django_intents.worker.leases import LeaseTable
 from django_intents.worker.outage import Outage, cause_text, reuse_connection
+from django_intents.worker.queues import LocalQueue, Queued
 from django_intents.worker.recorder import Recorder
 from django_intents.worker.shutdown import Shutdown
 from django_intents.worker.startup import log_start

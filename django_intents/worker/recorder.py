@@ -34,8 +34,9 @@ from django.db import Error as DatabaseFailure
 from django.db import connections, transaction
 
 from django_intents.conf import get_settings
-from django_intents.managers import INSERT_BATCH, IntentManager
-from django_intents.rules.retries import backoff, gives_up
+from django_intents.managers import IntentManager
+from django_intents.rules.batches import INSERT_BATCH
+from django_intents.rules.retries import counted, retry_at
 from django_intents.rules.states import State
 from django_intents.signals import Outcome
 from django_intents.store.base import Ending
@@ -147,16 +148,15 @@ class Recorder:
 
         Written by the writer thread, a result frees its target's place under
         ``LIMITS`` some milliseconds after the handler returned, and the next
-        claim sees it only a round trip after that: in a relay whose partners
-        sat at their ``per_target``, each place stayed taken about 11 ms
-        longer than its delivery. Completed by the claim (``claims.Riders``),
+        claim sees it only a round trip after that, so each place stays taken
+        longer than its delivery (docs/benchmarks.md, "A place frees for the
+        claim that follows"). Completed by the claim (``claims.Riders``),
         the place is free for that very claim. A pool with a writer thread
         only (``threaded``); the successes of a turn whose claims do not take
         them, or fail, go to the writer in the next turn. While the claims
         find room for all they ask (not ``bound``), no place is short, and the
         writer takes the successes at once, beside the claim: completed in
-        it, they would lengthen the loop's turn (a no-op drain under a
-        ``LIMITS`` that never binds lost a tenth of its rate).
+        it, they would lengthen the loop's turn.
         """
         riders = self._take_riders() if ride else []
         try:
@@ -276,13 +276,11 @@ class Recorder:
         if claim.outcome is Outcome.SNOOZED:
             due = claim.due or now
             return Ending(id, token, State.PENDING, next_at=due, error=claim.cause, snooze=True)
-        # Snoozes never exhaust MAX_ATTEMPTS nor lengthen the backoff.
-        counted = intent.attempts - intent.snoozes
-        if claim.outcome is Outcome.STOPPED or gives_up(counted, self._max_attempts):
+        stopped = claim.outcome is Outcome.STOPPED
+        next_at = None if stopped else retry_at(id, counted(intent), self._max_attempts, now)
+        if next_at is None:
             return Ending(id, token, State.CANCELLED, error=claim.cause or "")
-        return Ending(
-            id, token, State.PENDING, next_at=now + backoff(id, counted), error=claim.cause
-        )
+        return Ending(id, token, State.PENDING, next_at=next_at, error=claim.cause)
 
     def _recorded(self, claim: Claim, ending: Ending | None, now: datetime) -> Outcome:
         """Say in the log how a recorded result ended; return its outcome.

@@ -22,21 +22,18 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from types import FrameType
-from typing import TYPE_CHECKING
 
 from django.db import Error as DatabaseFailure
 
 from django_intents.managers import IntentManager
+from django_intents.rules.states import State
 from django_intents.store.base import Ending
 from django_intents.store.clock import server_now
+from django_intents.worker import log
 from django_intents.worker.execution import Claim
 from django_intents.worker.leases import LeaseTable
-
-if TYPE_CHECKING:
-    from django_intents.worker.demand import Queued
-from django_intents.rules.states import State
-from django_intents.worker import log
 from django_intents.worker.outage import cause_text
+from django_intents.worker.queues import Queued
 from django_intents.worker.wakeup import Alarm
 
 # Seconds a worker thread may take, at most, between a handler's return and its hand-back.
@@ -102,7 +99,7 @@ class Shutdown:
         self._begun = True
         self._release_queued(queues, leases)
         for claim in leases.claims():
-            claim.attempt._cancel()
+            claim.attempt.mark_cancelled()
         deadline = self._deadline if self._deadline is not None else time.monotonic()
         reason = f" on {self._signal}" if self._signal else ""
         if not leases:
@@ -146,7 +143,7 @@ class Shutdown:
         if not claims:
             return
         for claim in claims:
-            claim.attempt._lose()  # an async handler's task is cancelled
+            claim.attempt.mark_lost()  # an async handler's task is cancelled
         now = server_now(self._manager.db, read=False)
         endings = [
             Ending(
