@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from django.db import router
-from django.db.models import Count, DateTimeField, Min, Q, QuerySet, Value
+from django.db.models import Count, DateTimeField, Min, QuerySet, Value
 
 from django_intents.conf import get_settings
 from django_intents.models import Intent, PausedKind
@@ -131,7 +131,7 @@ def read_backlog(
 def _held_back(rows: QuerySet[Intent], limits: Limits, now: datetime) -> dict[str, int]:
     """How many due intents of each limited kind its limit holds back: a second grouped
     query, per target, run only for limited kinds that have due intents."""
-    live = Q(state=states.State.RUNNING, claim_until__gt=now)
+    live = states.live(now)
     per_target = (
         rows.filter(state__in=states.ACTIVE, kind__in=list(limits))
         .values_list("kind", "target")
