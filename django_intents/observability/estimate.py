@@ -24,7 +24,8 @@ from django.db.models import Count
 
 from django_intents.models import Intent, PausedKind
 from django_intents.observability.backlog import Backlog, KindBacklog
-from django_intents.rules.states import State, expired
+from django_intents.rules.states import State
+from django_intents.rules.states import expired as lease_expired
 from django_intents.store import backend_for
 from django_intents.store.admin import estimates, oldest_due
 
@@ -44,7 +45,7 @@ def estimate_backlog(now: datetime, kinds: list[str], using: str) -> Backlog | N
         kind: (n, expired)
         for kind, n, expired in rows.filter(state=State.RUNNING)
         .values_list("kind")
-        .annotate(n=Count("pk"), expired=Count("pk", filter=expired(now)))
+        .annotate(n=Count("pk"), expired=Count("pk", filter=lease_expired(now)))
     }
     oldest = oldest_due(backend_for(connections[using], Intent), kinds, now=now)
     paused = set(PausedKind.objects.using(using).values_list("kind", flat=True))
