@@ -38,6 +38,7 @@ from django_intents.admin.changelist import (
     LastErrorFilter,
     search,
 )
+from django_intents.admin.dashboard import dashboard_url
 from django_intents.admin.humanize import pre_json, relative, timestamp
 from django_intents.admin.pauses import KIND_CHANGES, kind_view
 from django_intents.admin.summary import queue_summary
@@ -302,7 +303,7 @@ class IntentAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             )
             for change in KIND_CHANGES
         ]
-        return buttons + kinds + super().get_urls()
+        return buttons + kinds + [dashboard_url(self)] + super().get_urls()
 
     def transition_view(
         self, transition: Transition, request: HttpRequest, object_id: str
