@@ -144,6 +144,9 @@ def test_the_dashboard_in_a_real_browser(
             width = page.evaluate("document.documentElement.scrollWidth")
             assert width <= 1280, f"the page scrolls sideways: {width} px wide"
             page.screenshot(path=str(shot), full_page=True)
+            # The admin's dark theme recolours the charts through its CSS variables.
+            page.emulate_media(color_scheme="dark")
+            page.screenshot(path=str(tmp_path / "dashboard-dark.png"), full_page=True)
         finally:
             browser.close()
 

@@ -182,13 +182,30 @@ TALLY = Tally()
 """The process's tally, which the receiver feeds and the pool flushes."""
 
 
+_failing = False
+
+
 def flush(using: str | None = None, *, sample: bool = True) -> None:
     """Flush the process's tally (``Tally.flush``); a failure is logged, never raised,
-    so that the dashboard's bookkeeping cannot stop a pool."""
+    so that the dashboard's bookkeeping cannot stop a pool. It is logged once, until a
+    flush works again: a pool started before ``migrate`` would otherwise warn every
+    ``FLUSH_INTERVAL``."""
+    global _failing
     try:
         TALLY.flush(using, sample=sample)
     except Exception as exc:
-        log.warning("writing the dashboard's rollup failed: %s: %s", type(exc).__name__, exc)
+        if not _failing:
+            log.warning(
+                "writing the dashboard's rollup failed (retried; logged again once it "
+                "works): %s: %s",
+                type(exc).__name__,
+                exc,
+            )
+        _failing = True
+    else:
+        if _failing:
+            log.info("writing the dashboard's rollup works again")
+        _failing = False
 
 
 def _on_attempt_finished(
