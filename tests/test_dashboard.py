@@ -24,6 +24,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
+from django_intents.admin.dashboard import read_charts
 from django_intents.models import Intent, Rollup
 from django_intents.observability import rollup
 from django_intents.observability.rollup import Tally, minute_of
@@ -244,7 +245,7 @@ def test_the_page_draws_each_kind_from_the_rollup(admin_client: Client) -> None:
     assert '<span class="intents-completed-text" data-total="completed">5</span>' in mail
     assert 'data-total="failed">1</span>' in mail
     assert mail.count("<svg") == 4
-    assert "5 completed, 1 failed, 0 snoozed, 0 cancelled" in mail  # a bar's tooltip
+    assert "5 completed, 1 failed, 0 snoozed, 0 cancelled</title>" in mail  # a tooltip
     slow = html.split('<tr data-kind="d.slow">')[1].split("</tr>")[0]
     assert 'data-total="completed">0</span>' in slow  # three hours ago: the day chart only
     assert html.index('data-slow="d.slow"') < html.index('data-slow="d.mail"')
@@ -313,3 +314,39 @@ def test_the_page_costs_the_same_queries_whatever_the_table_holds(
     assert queries() == few
     with django_assert_max_num_queries(few):
         admin_client.get(reverse(DASHBOARD))
+
+
+@pytest.mark.django_db
+def test_the_day_chart_sums_its_quarters_and_the_hour_chart_its_minutes() -> None:
+    now = server_now()
+    end = minute_of(now)
+    for back in range(0, 24 * 60, 7):  # a row every 7 minutes over the day
+        Rollup.objects.create(
+            minute=end - timedelta(minutes=back),
+            kind="d.mail",
+            completed=back % 5,
+            failed=1,
+            attempts=back % 5 + 1,
+            duration_sum=0.5,
+            duration_max=back / 100,
+            due=back,
+        )
+    Rollup.objects.create(minute=end - timedelta(days=1, hours=1), kind="d.mail", completed=99)
+    (chart,) = read_charts(now, connection.alias, set())
+    day = list(
+        Rollup.objects.filter(minute__gt=chart.day[0].start - timedelta(minutes=1)).values_list(
+            "completed", "failed", "due", "duration_max"
+        )
+    )
+    assert sum(bucket.completed for bucket in chart.day) == sum(row[0] for row in day)
+    assert sum(bucket.failed for bucket in chart.day) == len(day)
+    assert max(bucket.due or 0 for bucket in chart.day) == max(row[2] for row in day)
+    assert chart.day[-1].start <= end < chart.day[-1].start + timedelta(minutes=15)
+    assert chart.day[-1].start.minute % 15 == 0
+    hour = [(end - timedelta(minutes=back), back % 5) for back in range(0, 60, 7)]
+    for minute, completed in hour:
+        assert chart.hour[int((minute - chart.hour[0].start) / timedelta(minutes=1))].completed == (
+            completed
+        )
+    assert chart.hour_timing.attempts == sum(completed + 1 for _, completed in hour)
+    assert chart.day_timing.longest == pytest.approx(max(row[3] for row in day))

@@ -140,6 +140,8 @@ def test_the_dashboard_in_a_real_browser(
             for kind in KINDS:
                 assert page.locator(f'tr[data-kind="{kind}"] svg').count() == 4
             assert page.locator('[data-dashboard="empty"]').count() == 0
+            hour = page.locator('tr[data-kind="push"] .intents-chart-outcomes').first
+            assert hour.locator(".intents-hit title").count() == 60  # a tooltip a minute
             assert page.locator('[data-paused-kind="report"]').count() == 1
             width = page.evaluate("document.documentElement.scrollWidth")
             assert width <= 1280, f"the page scrolls sideways: {width} px wide"
