@@ -48,6 +48,7 @@ from django_intents.admin.changelist import (
     LastErrorFilter,
     search,
 )
+from django_intents.admin.dashboard import dashboard_url
 from django_intents.admin.humanize import pre_json, relative, timestamp
 from django_intents.admin.summary import SCHEDULE_COLUMNS, queue_summary
 from django_intents.maintenance.schedules import listing
@@ -300,7 +301,7 @@ class IntentAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         kinds = [
             self._post(f"kinds/{c.name}/", partial(self.kind_view, c), c.name) for c in KIND_CHANGES
         ]
-        return buttons + kinds + super().get_urls()
+        return buttons + kinds + [dashboard_url(self)] + super().get_urls()
 
     def _post(self, route: str, view: Callable[..., HttpResponse], name: str) -> URLPattern:
         """This admin's URL ``name`` at ``route``: a view for POSTs from the admin's users."""

@@ -190,6 +190,7 @@ class WorkerPool:
             if self._eventloop is not None:
                 self._eventloop.stop(max(until - time.monotonic(), 0.1))
             self._recorder.stop()
+            self._housekeeping.stop()
             connections.close_all()
             self._alarm.close()
         log.info("stopped")
