@@ -614,6 +614,14 @@ def test_cancel_button_asks_first_and_changes_nothing_until_confirmed(admin_clie
     assert notes(response) == [(SUCCESS, "Cancelled 1 intent.")]
 
 
+@external_kinds("<b>kind</b>")
+def test_cancel_confirmation_escapes_what_intents_carry(admin_client):
+    id = make(kind="<b>kind</b>", target='https://x.example/"><script>alert(1)</script>')
+    html = act(admin_client, "cancel", [id], confirmed=False).content.decode()
+    assert "<script>" not in html and "<b>kind</b>" not in html
+    assert "&lt;script&gt;" in html and "&lt;b&gt;kind&lt;/b&gt;" in html
+
+
 def test_retry_now_asks_nothing(admin_client, mixed):
     response = act(admin_client, "retry_now", [mixed["running"]], confirmed=False)
     assert response.status_code == 302

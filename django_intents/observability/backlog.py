@@ -131,7 +131,7 @@ def read_backlog(
     limits = {
         k: v
         for k, v in get_settings().limits.items()
-        if counts.get(k, {}).get("due") and k not in paused  # a pause holds all, not a limit
+        if counts.get(k, Counter())["due"] and k not in paused  # a pause holds all, not a limit
     }
     held = _held_back(rows, limits, now) if limits else {}
     kinds = [
