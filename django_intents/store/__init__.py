@@ -19,6 +19,7 @@ from django.utils.module_loading import import_string
 
 from django_intents.store.base import NOTIFY_CHANNEL, Backend
 from django_intents.store.claims import ClaimFilters
+from django_intents.store.statements import standalone
 
 if TYPE_CHECKING:
     from django.db.models import Model
@@ -60,8 +61,9 @@ def read_clock(connection: BaseDatabaseWrapper) -> datetime | None:
 
     ``None`` for a database without a clock of its own (SQLite, in-process).
     """
-    sql = _backend_class(connection.vendor, connection.alias).sql_clock
-    if not sql:
+    _backend_class(connection.vendor, connection.alias)  # refuses a database not supported
+    sql = standalone(connection.vendor, "clock")
+    if sql is None:
         return None
     with connection.cursor() as cursor:
         cursor.execute(sql)

@@ -17,13 +17,9 @@ from typing import Any
 from django.db import connections, transaction
 from django.db.models import QuerySet
 
-from django_intents.store.base import ACTIVE, PENDING, RUNNING, Backend
-from django_intents.store.endings import CANCEL_SET, RETRY_NOW_SET
+from django_intents.store.base import Backend
 
 BATCH = 1000
-
-# What each administrative transition sets, and how many times it takes ``now``.
-SETS = {"retry_now": (RETRY_NOW_SET, 2), "cancel": (CANCEL_SET, 1)}
 
 
 def kinds(backend: Backend) -> list[str]:
@@ -32,15 +28,7 @@ def kinds(backend: Backend) -> list[str]:
     A recursive query, which PostgreSQL, MariaDB/MySQL and SQLite all run the
     same way; ``SELECT DISTINCT kind`` would read every row's index entry.
     """
-    t = backend.table
-    sql = (
-        f"WITH RECURSIVE k (kind) AS (SELECT MIN(kind) FROM {t} UNION ALL "
-        f"SELECT (SELECT MIN(kind) FROM {t} WHERE kind > k.kind) FROM k WHERE k.kind IS NOT NULL) "
-        f"SELECT kind FROM k WHERE kind IS NOT NULL"
-    )
-    with backend.cursor() as cursor:
-        cursor.execute(sql)
-        return [kind for (kind,) in cursor.fetchall()]
+    return [kind for (kind,) in backend.table.run("kinds")]
 
 
 def estimate(queryset: QuerySet[Any]) -> int | None:
@@ -108,23 +96,11 @@ def oldest_due(backend: Backend, kinds: Sequence[str], *, now: datetime) -> dict
     """Per kind, when its longest-waiting due intent became claimable: one statement of
     two ``MIN`` subqueries per kind, each of which the planner may answer by walking
     the claim index (or the lease index) in order to the kind's first row."""
-    t = backend.table
-    pending = (
-        f"(SELECT MIN(next_at) FROM {t} WHERE kind = %s AND state = '{PENDING}' AND next_at <= %s)"
-    )
-    running = (
-        f"(SELECT MIN(claim_until) FROM {t} "
-        f"WHERE kind = %s AND state = '{RUNNING}' AND claim_until <= %s)"
-    )
     if not kinds:
         return {}
-    at = backend.dt(now)
-    with backend.cursor() as cursor:
-        cursor.execute(
-            "SELECT " + ", ".join(f"{pending}, {running}" for _ in kinds),
-            [value for kind in kinds for value in (kind, at, kind, at)],
-        )
-        found = cursor.fetchone()
+    [found] = backend.table.run(
+        "oldest_due", now=backend.dt(now), kinds=[(kind, kind) for kind in kinds]
+    )
     oldest = {}
     for kind, times in zip(kinds, zip(found[::2], found[1::2], strict=True), strict=True):
         known = [_aware(value) for value in times if value is not None]
@@ -149,30 +125,22 @@ def administer_many(
     those. The batches are one transaction: a selection moves whole or not at
     all. Intents made due wake idle pools, as ``retry_now`` does.
     """
-    sets, times = SETS[name]
     at = backend.dt(now)
+    table = backend.table
     moved: list[tuple[str, str]] = []
     with transaction.atomic(using=backend.alias), backend.cursor() as cursor:
         for start in range(0, len(ids), BATCH):
             batch = list(ids[start : start + BATCH])
-            where = f"WHERE id IN ({', '.join(['%s'] * len(batch))}) AND {ACTIVE}"
-            if backend.returning:
-                update = f"UPDATE {backend.table} SET {sets} {where} RETURNING id, kind, priority"
-                cursor.execute(update, [at] * times + batch)
-                rows = cursor.fetchall()
+            if table.returning:
+                rows = table.execute(cursor, f"administer_{name}", now=at, ids=batch).fetchall()
             else:
-                select = f"SELECT id, kind, priority FROM {backend.table}{backend.by_id} {where}"
-                cursor.execute(f"{select} FOR UPDATE", batch)
-                rows = cursor.fetchall()
+                rows = table.execute(cursor, "administer_select", ids=batch).fetchall()
                 if rows:
                     found = [row[0] for row in rows]
-                    marks = ", ".join(["%s"] * len(found))
-                    table = f"{backend.table}{backend.by_id}"
-                    update = f"UPDATE {table} SET {sets} WHERE id IN ({marks})"
-                    cursor.execute(update, [at] * times + found)
-            if rows and name == "retry_now" and backend.sql_notify_kinds:
+                    table.execute(cursor, f"administer_{name}", now=at, ids=found)
+            if rows and name == "retry_now" and "notify_kinds" in table.sql:
                 due = sorted({kind for _, kind, _ in rows})
                 other = sorted({kind for _, kind, priority in rows if priority})
-                cursor.execute(backend.sql_notify_kinds, [due, other])
+                table.execute(cursor, "notify_kinds", kinds=due, prioritized=other)
             moved += [(id, kind) for id, kind, _ in rows]
     return moved

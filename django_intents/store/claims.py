@@ -1,8 +1,4 @@
-"""What a claim is asked with and what it answers: shared by every backend and the manager.
-
-Kept apart from ``base.py`` so that the SQL of the base backend stays under
-the module length limit (``tests/test_shape.py``) as it grows.
-"""
+"""What a claim is asked with and what it answers: shared by every backend and the manager."""
 
 from __future__ import annotations
 
@@ -15,6 +11,10 @@ from django_intents.rules.limits import Limit
 
 if TYPE_CHECKING:
     from django_intents.rules.intent import IntentRow
+
+
+# The largest LIMIT that SQLite, PostgreSQL and MariaDB all accept.
+MAX_LIMIT = 2**63 - 1
 
 
 @dataclass(frozen=True)
