@@ -6,6 +6,17 @@
 -- State names are literals on purpose: the planner must see
 -- "(state = 'pending' OR state = 'running')" to use the partial indexes whose
 -- condition says exactly that (models.Intent.Meta).
+--
+-- A claim walks three branches in turn, priorities above 0, 0, below 0
+-- (branch_high, branch_zero, branch_low), each up to what the claim still
+-- needs, so that intents of the default priority 0, nearly always all of
+-- them, are found exactly as before priorities existed: on the claim index
+-- (intents_claimable_idx), from the pool's floor (floor.py). The other
+-- priorities sit in a small index of their own (intents_high_priority_idx,
+-- intents_low_priority_idx), which each claim probes in microseconds when it
+-- is empty. One index led by priority would serve every row, but a floor on
+-- next_at could no longer start its walk: every claim would step over all the
+-- finished rows' entries that VACUUM has not yet removed.
 
 -- Each rule, once ------------------------------------------------------------
 
