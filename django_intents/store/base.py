@@ -19,7 +19,14 @@ from typing import TYPE_CHECKING, Any
 from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from django_intents.store.claims import MAX_LIMIT, Claimed, ClaimFilters, Claims, claim_order
+from django_intents.store.claims import (
+    MAX_LIMIT,
+    Ask,
+    Claimed,
+    ClaimFilters,
+    Claims,
+    claim_order,
+)
 from django_intents.store.endings import Ending, Finished
 from django_intents.store.limited import claim as limited_claim
 from django_intents.store.rows import hydrate, take, to_values
@@ -97,13 +104,16 @@ class Backend:
         complete: list[tuple[str, str]] | None = None,
     ) -> Claims[Claimed]:
         """Complete ``complete`` (``claims.Riders``), then claim up to ``limit``
-        due intents in claim order, in one transaction. By default the due
-        rows are selected (``claim``), then updated by primary key
-        (``claim_update``), in one write transaction (``write_transaction``)
+        due intents in claim order, in one transaction (``claim_asked``)."""
+        return self.claim_asked(Ask(now, until, limit, filters, complete or []))
+
+    def claim_asked(self, ask: Ask) -> Claims[Claimed]:
+        """By default the due rows are selected (``claim``), then updated by primary
+        key (``claim_update``), in one write transaction (``write_transaction``)
         that makes the pair atomic against other claimers. ``LIMITS`` take
-        ``limited.py``'s path.
-        """
-        completed = self.complete_many(complete, now=now) if complete else []
+        ``limited.py``'s path."""
+        now, until, limit, filters = ask.now, ask.until, ask.limit, ask.filters
+        completed = self.complete_many(ask.complete, now=now) if ask.complete else []
         if filters.limits:
             claims = limited_claim(
                 self.table,

@@ -31,6 +31,18 @@ class ClaimFilters:
     full_targets: tuple[tuple[str, str], ...] = ()
 
 
+@dataclass(frozen=True)
+class Ask:
+    """One claim as the manager asked it: up to ``limit`` due intents at ``now``,
+    leased until ``until``, after completing ``complete`` (``Riders``)."""
+
+    now: datetime
+    until: datetime
+    limit: int
+    filters: ClaimFilters
+    complete: list[tuple[str, str]] = field(default_factory=list)
+
+
 Claimed = tuple["IntentRow", datetime | None]  # the intent, and the lease it took over, if any
 
 T = TypeVar("T")

@@ -14,7 +14,7 @@ from typing import Any
 
 from django_intents.rules.states import State
 from django_intents.store.base import Backend, Ending, Finished
-from django_intents.store.claims import Claimed, ClaimFilters, Claims, Riders, claim_order
+from django_intents.store.claims import Ask, Claimed, ClaimFilters, Claims, Riders, claim_order
 from django_intents.store.postgresql.cursors import server_cursor
 from django_intents.store.postgresql.learned import Learned
 from django_intents.store.postgresql.limited import LimitedClaims
@@ -83,26 +83,16 @@ class PostgreSQLBackend(Backend):
         params = self.claim_params(now=now, limit=limit, filters=filters)
         return bind(self.sql.claim_zero, {**params, **(tail or {})})
 
-    def claim(
-        self,
-        *,
-        now: datetime,
-        until: datetime,
-        limit: int,
-        filters: ClaimFilters,
-        complete: list[tuple[str, str]] | None = None,
-    ) -> Claims[Claimed]:
-        """A limited claim completes ``complete`` in its own round trip (``locked``)."""
-        tail = {"salt": _salt(), "until": self.dt(until)}
-        riders = Riders(complete or [], at=self.dt(now))
-        if filters.limits:
-            rows = self.limited.claim(
-                now=now, limit=limit, filters=filters, tail=tail, riders=riders
-            )
+    def claim_asked(self, ask: Ask) -> Claims[Claimed]:
+        """A limited claim completes ``ask.complete`` in its own round trip (``locked``)."""
+        tail = {"salt": _salt(), "until": self.dt(ask.until)}
+        riders = Riders(ask.complete, at=self.dt(ask.now))
+        if ask.filters.limits:
+            rows = self.limited.claim(ask, tail, riders)
         else:
             if riders.pairs:
-                riders.done, riders.sent = self.complete_many(riders.pairs, now=now), True
-            rows = Claims(self.claim_by_priority(now=now, limit=limit, filters=filters, tail=tail))
+                riders.done, riders.sent = self.complete_many(riders.pairs, now=ask.now), True
+            rows = Claims(self.claim_by_priority(ask, tail))
         width = len(self.table.columns)
         intents = hydrate(self.table, [row[:width] for row in rows])
         claimed = [
@@ -112,9 +102,7 @@ class PostgreSQLBackend(Backend):
         claimed.sort(key=lambda pair: claim_order(pair[0]))
         return rows.carrying(claimed, completed=riders.done)
 
-    def claim_by_priority(
-        self, *, now: datetime, limit: int, filters: ClaimFilters, tail: dict[str, Any]
-    ) -> list[Any]:
+    def claim_by_priority(self, ask: Ask, tail: dict[str, Any]) -> list[Any]:
         """A pool's claim above its floor uses the plain statement of priority 0
         while no other priority is due; every other claim walks the three branches.
 
@@ -133,6 +121,7 @@ class PostgreSQLBackend(Backend):
         without a floor (the manager's, a pool's full scan) always takes the
         exact order.
         """
+        now, limit, filters = ask.now, ask.limit, ask.filters
         key = None if filters.kinds is None else tuple(filters.kinds)
         learned = self.learned
         heard = learned.heard
@@ -160,19 +149,9 @@ class PostgreSQLBackend(Backend):
         listener heard it on PRIORITY_CHANNEL): the next claims of it walk every branch."""
         self.learned.hint(kind)
 
-    def candidate_queries(
-        self,
-        *,
-        now: datetime,
-        limit: int,
-        filters: ClaimFilters,
-        zero: bool = False,
-        tail: Mapping[str, Any] | None = None,
-    ) -> list[tuple[str, Any]]:
+    def candidate_queries(self, **query: Any) -> list[tuple[str, Any]]:
         """The exact limited claim (``LimitedClaims.candidate_queries``)."""
-        return self.limited.candidate_queries(
-            now=now, limit=limit, filters=filters, zero=zero, tail=tail
-        )
+        return self.limited.candidate_queries(**query)
 
     def complete_many(
         self, pairs: list[tuple[str, str]], *, now: datetime

@@ -14,10 +14,11 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from django_intents.store.claims import MAX_LIMIT, ClaimFilters, Claims, Riders
+from django_intents.store.claims import MAX_LIMIT, Ask, ClaimFilters, Claims, Riders
 from django_intents.store.limited import scan_size
 from django_intents.store.postgresql import heldhead
 from django_intents.store.postgresql.cursors import one_round_trip
@@ -35,15 +36,7 @@ class LimitedClaims:
         self.table = table
         self.learned = learned
 
-    def claim(
-        self,
-        *,
-        now: datetime,
-        limit: int,
-        filters: ClaimFilters,
-        tail: dict[str, Any],
-        riders: Riders | None = None,
-    ) -> Claims[Any]:
+    def claim(self, ask: Ask, tail: dict[str, Any], riders: Riders | None = None) -> Claims[Any]:
         """Lock the kinds, then claim: plainly while they have room, else exactly.
 
         While the fullest target of the limited kinds has room for the whole
@@ -58,6 +51,7 @@ class LimitedClaims:
         statement, and so do the claims of the next ``TIGHT_FOR`` seconds,
         rather than trying the plain one first.
         """
+        now, limit, filters = ask.now, ask.limit, ask.filters
         learned = self.learned
         key = ("limited", *sorted(filters.limits))
         heard = learned.heard
@@ -79,21 +73,15 @@ class LimitedClaims:
                 # has just grown asked for more than the fullest target leaves
                 # under a cap far above its share. A plain claim of what fits
                 # costs half the exact one, and the claims after it stay plain.
-                fewer = self.claim(now=now, limit=spare, filters=filters, tail=tail)
+                fewer = self.claim(replace(ask, limit=spare), tail)
                 # The rest was not asked for: held back for the floor, but no
                 # target was near its cap.
                 return Claims(fewer, held_back=True, bound=fewer.bound)
             learned.tight[key] = time.monotonic() + TIGHT_FOR
-        return self.claim_exactly(now=now, limit=limit, filters=filters, tail=tail, riders=riders)
+        return self.claim_exactly(ask, tail, riders)
 
     def claim_exactly(
-        self,
-        *,
-        now: datetime,
-        limit: int,
-        filters: ClaimFilters,
-        tail: dict[str, Any],
-        riders: Riders | None = None,
+        self, ask: Ask, tail: dict[str, Any], riders: Riders | None = None
     ) -> Claims[Any]:
         """The exact limited claim (``limited_claim``), of priority 0 alone while
         no other is due.
@@ -103,6 +91,7 @@ class LimitedClaims:
         of a limited kind takes an intent of another priority by the claim
         after the one that saw it due.
         """
+        now, limit, filters = ask.now, ask.limit, ask.filters
         learned = self.learned
         key = ("limited", *sorted(filters.limits))
         heard = learned.heard
@@ -129,7 +118,7 @@ class LimitedClaims:
         priority = self.table.columns.index("priority")
         learned.settle_others(key, heard, others or any(row[priority] != 0 for row in rows))
         if zero and others and len(rows) < limit:
-            rest = self.claim_exactly(now=now, limit=limit - len(rows), filters=filters, tail=tail)
+            rest = self.claim_exactly(replace(ask, limit=limit - len(rows)), tail)
             rows += rest
         return Claims(rows, held_back=True, oldest_due=oldest_due)
 
