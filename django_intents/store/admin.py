@@ -9,7 +9,6 @@ per ``BATCH`` intents, however many are selected.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -17,6 +16,7 @@ from typing import Any
 from django.db import connections, transaction
 from django.db.models import QuerySet
 
+from django_intents.store import backend_for
 from django_intents.store.base import Backend
 
 BATCH = 1000
@@ -40,56 +40,17 @@ def estimate(queryset: QuerySet[Any]) -> int | None:
 
 def estimates(querysets: Sequence[QuerySet[Any]]) -> list[int] | None:
     """The planner's estimate for each of ``querysets`` (of one database), from one
-    ``EXPLAIN`` of them all joined by ``UNION ALL``; ``None`` on SQLite."""
-    connection = connections[querysets[0].db]
-    if connection.vendor not in ("postgresql", "mysql"):
-        return None
+    ``EXPLAIN`` of them all joined by ``UNION ALL`` (``Backend.estimate_rows``);
+    ``None`` on SQLite."""
+    first = querysets[0]
     parts, params = [], []
     for queryset in querysets:
         # Only the primary key: the estimate is the same, the plan quicker to make.
         sql, part_params = queryset.order_by().values("pk").query.sql_with_params()
         parts.append(f"({sql})")
         params.extend(part_params)
-    union = " UNION ALL ".join(parts)
-    if connection.vendor == "postgresql":
-        return _postgresql_estimates(connection, union, params, len(querysets))
-    with connection.cursor() as cursor:
-        cursor.execute(f"EXPLAIN {union}", params)
-        names = [column[0] for column in cursor.description]
-        rows = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
-    # One row per SELECT, numbered from 1 (MariaDB adds a UNION RESULT row, numbered NULL).
-    by_select = {row["id"]: row for row in rows if row["id"] is not None}
-    return [
-        int(int(row["rows"] or 0) * float(row.get("filtered") or 100) / 100)
-        for _, row in sorted(by_select.items())
-    ]
-
-
-def _postgresql_estimates(connection: Any, union: str, params: list[Any], n: int) -> list[int]:
-    """The row estimate of each branch of ``union``: the children of its ``Append``.
-
-    One query's estimate is its plan's top row count, parallel or not. Of
-    several, a parallel plan would give some branches' rows per worker, so
-    that plan is made without workers (``SET LOCAL``, in a transaction of its
-    own, which a pooler in transaction mode keeps on one server connection).
-    """
-    explain = f"EXPLAIN (FORMAT JSON) {union}"
-    with connection.cursor() as cursor:
-        if n == 1:
-            cursor.execute(explain, params)
-            (plan,) = cursor.fetchone()
-        else:
-            with transaction.atomic(using=connection.alias):
-                cursor.execute("SET LOCAL max_parallel_workers_per_gather = 0")
-                cursor.execute(explain, params)
-                (plan,) = cursor.fetchone()
-                cursor.execute("SET LOCAL max_parallel_workers_per_gather TO DEFAULT")
-    node = (json.loads(plan) if isinstance(plan, str) else plan)[0]["Plan"]
-    if n == 1:
-        return [int(node["Plan Rows"])]
-    while node["Node Type"] != "Append":  # a Result or the like above it
-        (node,) = node["Plans"]
-    return [int(branch["Plan Rows"]) for branch in node["Plans"]]
+    backend = backend_for(connections[first.db], first.model)
+    return backend.estimate_rows(" UNION ALL ".join(parts), params, len(querysets))
 
 
 def oldest_due(backend: Backend, kinds: Sequence[str], *, now: datetime) -> dict[str, datetime]:

@@ -263,6 +263,13 @@ class Backend:
     def paused(self) -> set[str]:
         return {kind for (kind,) in self.table.run("paused")}
 
+    # -- the admin ---------------------------------------------------------------
+
+    def estimate_rows(self, union: str, params: list[Any], count: int) -> list[int] | None:
+        """The planner's row estimate of each of the ``count`` SELECTs of ``union``
+        (``admin.estimates``); ``None`` where the planner keeps no row counts (SQLite)."""
+        return None
+
     # -- plumbing ----------------------------------------------------------------
 
     def transition(self, name: str, id: str, **params: Any) -> list[str]:  # noqa: A002

@@ -54,10 +54,10 @@ class SQLiteBackend(Backend):
             return
         connection.ensure_connection()
         with self.cursor() as cursor:
-            cursor.execute("BEGIN IMMEDIATE")
+            cursor.execute(self.sql.begin_immediate)
             try:
                 yield
             except BaseException:
-                cursor.execute("ROLLBACK")
+                cursor.execute(self.sql.rollback)
                 raise
-            cursor.execute("COMMIT")
+            cursor.execute(self.sql.commit)

@@ -12,6 +12,8 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from django.db import transaction
+
 from django_intents.rules.states import State
 from django_intents.store.base import Backend, Ending, Finished
 from django_intents.store.claims import Ask, Claimed, ClaimFilters, Claims, Riders, claim_order
@@ -183,6 +185,33 @@ class PostgreSQLBackend(Backend):
                 kinds = sorted({kind for kind, _ in due})
                 self.table.execute(cursor, "notify_kinds", kinds=kinds, prioritized=prioritized)
         return [(id, kind, state) for id, kind, state, _, _ in rows]
+
+    def estimate_rows(self, union: str, params: list[Any], count: int) -> list[int] | None:
+        """The row estimate of each branch of ``union``: the children of its ``Append``.
+
+        One query's estimate is its plan's top row count, parallel or not. Of
+        several, a parallel plan would give some branches' rows per worker, so
+        that plan is made without workers (``serial_plans``, in a transaction of
+        its own, which a pooler in transaction mode keeps on one server
+        connection). Through Django's cursor: the text is the ORM's.
+        """
+        explain = f"EXPLAIN (FORMAT JSON) {union}"
+        with self.connection.cursor() as cursor:
+            if count == 1:
+                cursor.execute(explain, params)
+                (plan,) = cursor.fetchone()
+            else:
+                with transaction.atomic(using=self.alias):
+                    cursor.execute(self.sql.serial_plans)
+                    cursor.execute(explain, params)
+                    (plan,) = cursor.fetchone()
+                    cursor.execute(self.sql.parallel_plans)
+        node = (json.loads(plan) if isinstance(plan, str) else plan)[0]["Plan"]
+        if count == 1:
+            return [int(node["Plan Rows"])]
+        while node["Node Type"] != "Append":  # a Result or the like above it
+            (node,) = node["Plans"]
+        return [int(branch["Plan Rows"]) for branch in node["Plans"]]
 
 
 def _salt() -> str:

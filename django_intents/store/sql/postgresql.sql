@@ -379,3 +379,13 @@ FROM unnest(%(keys)s::bigint[]) AS k
 
 -- name: limit_lock_only
 SELECT count(pg_advisory_xact_lock(k)), {lock_settings} FROM unnest(%(keys)s::bigint[]) AS k
+
+-- The admin's estimates (estimate_rows) --------------------------------------
+
+-- name: serial_plans
+-- For the rest of the transaction: plans without parallel workers, whose
+-- branches' row counts would otherwise be per worker.
+SET LOCAL max_parallel_workers_per_gather = 0
+
+-- name: parallel_plans
+SET LOCAL max_parallel_workers_per_gather TO DEFAULT

@@ -61,3 +61,13 @@ UPDATE {table} SET state = vstate, next_at = COALESCE(vnext, next_at),
   attempts = attempts - vunstarted, {clear_claim}, updated_at = %s
 FROM v WHERE id = vid AND state = 'running' AND claim_token = vtoken
 RETURNING id, kind, state
+
+-- name: begin_immediate
+-- A write transaction that takes the write lock first (sqlite.py's write_transaction).
+BEGIN IMMEDIATE
+
+-- name: commit
+COMMIT
+
+-- name: rollback
+ROLLBACK
