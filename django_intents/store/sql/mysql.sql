@@ -39,7 +39,7 @@ SELECT UTC_TIMESTAMP(6)
 INSERT IGNORE INTO {table} ({columns}) VALUES [rows:{column_group}] RETURNING kind
 
 -- name: claim
--- Pending intents by priority branch (claims.Branch), each a range of one
+-- Pending intents by priority branch (see common.sql), each a range of one
 -- state-led index (with most rows of priority 0, MariaDB would rather scan the
 -- table and sort), then the expired leases of every priority: the claim sorts
 -- what they found and keeps its limit.

@@ -2,7 +2,10 @@
 -- idle pools (NOTIFY is delivered at commit and dropped on rollback, which is
 -- exactly the outbox promise). Lists go as arrays, so a statement's text never
 -- changes with a batch's size. Values at load: {t_columns} (the columns as
--- t.column), {channel} and {priority_channel} (wakeup.py).
+-- t.column), {channel} and {priority_channel} (wakeup.py). Each claim must stay
+-- under 4,096 bytes once bound (statements.bind sends %s placeholders): beyond
+-- that psycopg converts a statement's placeholders again on every call
+-- (tests/test_claim.py checks it).
 
 -- fragment: not_paused
 -- The paused kinds as an array computed once per statement (an InitPlan).
@@ -29,7 +32,7 @@
 {not_paused} AND {of_kinds} AND {within_attempts}
 
 -- fragment: claim_high
--- The three priority branches of a claim (claims.Branch), each a walk of its
+-- The three priority branches of a claim (see common.sql), each a walk of its
 -- partial index in its order; as conditions, to which a statement adds its own.
 {due} AND priority > 0 AND {claim_filters}
 

@@ -8,7 +8,7 @@ INSERT INTO {table} ({columns}) VALUES [rows:{column_group}]
 ON CONFLICT (id) DO NOTHING RETURNING kind
 
 -- name: claim
--- The due rows of each priority branch (claims.Branch) in claim order, each up
+-- The due rows of each priority branch (see common.sql) in claim order, each up
 -- to the claim's limit; the claim sorts what they found and keeps its limit.
 -- Without ANALYZE statistics SQLite may prefer the (kind, state) index and
 -- sort: INDEXED BY pins each branch to its partial index.
