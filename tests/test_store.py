@@ -22,7 +22,7 @@ from django_intents.rules.validation import new_row
 from django_intents.store import ClaimFilters, backend_for
 from django_intents.store.base import Backend, Ending
 from django_intents.store.claims import claim_order
-from django_intents.store.statements import bind, vendor_names
+from django_intents.store.statements import bind, spread, vendor_names
 
 from .conftest import T0, at
 
@@ -414,3 +414,38 @@ def test_every_database_defines_the_same_statements_for_the_shared_verbs():
     }
     for vendor, names in own.items():
         assert vendor_names(vendor) == shared | names, vendor
+
+
+# -- the statements' loader ----------------------------------------------------------
+
+
+@pytest.mark.django_db(databases=[])
+def test_bind_sends_positional_placeholders_and_expands_only_lists():
+    statement = (
+        "UPDATE t SET a = %(now)s WHERE id IN ([ids]) AND (k, v) IN ([pairs:(%s, %s)]) "
+        "AND b = %(now)s AND c = ANY (%(array)s)"
+    )
+    params = {"now": 1, "ids": ["x", "y"], "pairs": [("k", "v")], "array": ["p", "q"]}
+    assert bind(statement, params) == (
+        "UPDATE t SET a = %s WHERE id IN (%s, %s) AND (k, v) IN ((%s, %s)) "
+        "AND b = %s AND c = ANY (%s)",
+        [1, "x", "y", "k", "v", 1, ["p", "q"]],
+    )
+
+
+@pytest.mark.django_db(databases=[])
+def test_an_empty_list_is_one_group_of_nulls_which_no_row_matches():
+    statement = "SELECT 1 WHERE k IN ([ks]) AND (a, b) IN ([ps:(%s, %s)]) AND CASE x [ws:WHEN %s THEN %s] END"
+    assert bind(statement, {"ks": [], "ps": [], "ws": []})[0] == (
+        "SELECT 1 WHERE k IN (NULL) AND (a, b) IN ((NULL, NULL)) AND CASE x WHEN NULL THEN NULL END"
+    )
+    assert spread("VALUES [rows:(%s, %s)]", rows=2) == "VALUES (%s, %s), (%s, %s)"
+
+
+@pytest.mark.django_db(databases=[])
+def test_a_group_may_name_the_statements_own_parameters():
+    statement = "SELECT [kinds:(SELECT %s, %(now)s)]"
+    assert bind(statement, {"now": 9, "kinds": ["a", "b"]}) == (
+        "SELECT (SELECT %s, %s), (SELECT %s, %s)",
+        ["a", 9, "b", 9],
+    )
