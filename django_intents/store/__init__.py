@@ -1,4 +1,5 @@
-"""The SQL of django-intents, one module per database, behind one interface (``base.Backend``).
+"""The SQL of django-intents behind one interface (``base.Backend``): a module per
+database, and its named statements in ``sql/<vendor>.sql`` (``statements.py``).
 
 ``backend_for`` picks the module by the connection's vendor, the only place
 outside the backends (and PostgreSQL's LISTEN) that asks which database it is.
