@@ -325,7 +325,7 @@ def test_the_due_rule_in_sql_is_rules_states_due():
     backend.complete_pending(done, now=at(0))
     fragments = [backend.sql.fragment("due")]
     if connection.vendor == "mysql":
-        halves = [backend.sql.fragment(name) for name in ("pending_due", "expired")]
+        halves = [backend.sql.fragment(name) for name in ("pending_due", "expired_lease")]
         fragments.append(" OR ".join(f"({half})" for half in halves))
     table = backend.table.name
     for now in (-1, 0, 4, 5, 6, 9, 19, 20, 30):

@@ -27,6 +27,13 @@
 -- A lease still held at %(now)s: an expired one is no longer live.
 state = 'running' AND claim_until > %(now)s
 
+-- fragment: expired_lease
+-- The same test's other side: a lease that ran out by %(now)s.
+state = 'running' AND claim_until <= %(now)s
+
+-- fragment: pending_due
+state = 'pending' AND next_at <= %(now)s
+
 -- fragment: due
 -- rules.states.due: a due pending intent, or a running one whose lease ran out.
 -- The lease test is a negation so that PostgreSQL estimates it as barely
@@ -131,8 +138,8 @@ UPDATE {table} SET {cancel_set} WHERE id = %(id)s AND {active} {returning_kind}
 -- name: exhausted
 -- Cancels the expired leases that used the last attempt, of the kinds asked.
 UPDATE {table} SET state = 'cancelled', last_error = %(error)s, {done}
-WHERE state = 'running' AND claim_until <= %(now)s
-AND attempts >= snoozes + %(max_attempts)s AND {of_kinds} {returning_kind}
+WHERE {expired_lease} AND attempts >= snoozes + %(max_attempts)s AND {of_kinds}
+{returning_kind}
 
 -- The portable limited claim (limited.py) ------------------------------
 
@@ -163,10 +170,8 @@ SELECT kind FROM k WHERE kind IS NOT NULL
 -- Per kind, when its longest-waiting due intent became claimable: two MIN
 -- subqueries per kind, each of which the planner may answer by walking the
 -- claim index (or the lease index) in order to the kind's first row.
-SELECT [kinds:(SELECT MIN(next_at) FROM {table}
-  WHERE kind = %s AND state = 'pending' AND next_at <= %(now)s),
-(SELECT MIN(claim_until) FROM {table}
-  WHERE kind = %s AND state = 'running' AND claim_until <= %(now)s)]
+SELECT [kinds:(SELECT MIN(next_at) FROM {table} WHERE kind = %s AND {pending_due}),
+(SELECT MIN(claim_until) FROM {table} WHERE kind = %s AND {expired_lease})]
 
 -- name: administer_select
 SELECT id, kind, priority FROM {table} {by_id} WHERE id IN ([ids]) AND {active} FOR UPDATE

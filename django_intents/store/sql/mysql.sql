@@ -1,8 +1,9 @@
 -- MariaDB and MySQL: no partial indexes and no UPDATE ... RETURNING. The claim
 -- index leads with state (migration 0002), so "due" is asked as ordered range
--- scans, pending and expired, merged in Python (mysql.py). Rows are locked by
--- the select (FOR UPDATE SKIP LOCKED) and updated by key while the locks are
--- held; a transition reads its row's kind back after the update.
+-- scans, pending_due and expired_lease (common.sql), merged in Python
+-- (mysql.py). Rows are locked by the select (FOR UPDATE SKIP LOCKED) and
+-- updated by key while the locks are held; a transition reads its row's kind
+-- back after the update.
 
 -- fragment: returning_kind
 
@@ -13,17 +14,9 @@
 -- index instead, locking every row of the state: claimers then deadlock.
  FORCE INDEX (PRIMARY)
 
--- fragment: pending_due
--- The pending half of rules.states.due, a range of the claim index.
-state = 'pending' AND next_at <= %(now)s
-
 -- fragment: prioritized_due
 -- The same for priorities other than 0, on the virtual column of migration 0007.
 prioritized_state = 'pending' AND next_at <= %(now)s
-
--- fragment: expired
--- The other half: leases that ran out, a range of the lease index.
-state = 'running' AND claim_until <= %(now)s
 
 -- fragment: expired_floor
 -- The claim floor applies to priority 0 only.
@@ -55,7 +48,7 @@ UNION ALL
   WHERE {prioritized_due} AND priority < 0 AND {claim_filters}
   ORDER BY {claim_order} LIMIT %(limit)s FOR UPDATE SKIP LOCKED)
 UNION ALL
-(SELECT {columns} FROM {table} WHERE {expired} AND {claim_filters} AND {expired_floor}
+(SELECT {columns} FROM {table} WHERE {expired_lease} AND {claim_filters} AND {expired_floor}
   ORDER BY {claim_order} LIMIT %(limit)s FOR UPDATE SKIP LOCKED)
 
 -- name: probe
@@ -68,7 +61,7 @@ UNION ALL
 (SELECT 1 FROM {table} FORCE INDEX (intents_prioritized_mysql_idx)
   WHERE {prioritized_due} AND priority < 0 AND {claim_filters} LIMIT 1)
 UNION ALL
-(SELECT 1 FROM {table} WHERE {expired} AND {claim_filters} AND {expired_floor} LIMIT 1)
+(SELECT 1 FROM {table} WHERE {expired_lease} AND {claim_filters} AND {expired_floor} LIMIT 1)
 
 -- name: claim_update
 -- The locked rows, claimed by key. Each token is md5 of the claim's salt and
@@ -83,8 +76,8 @@ SELECT kind FROM {table} WHERE id = %(id)s
 
 -- name: exhausted
 -- The expired leases that used the last attempt, locked; exhausted_cancel cancels them.
-SELECT id, kind FROM {table} WHERE state = 'running' AND claim_until <= %(now)s
-AND attempts >= snoozes + %(max_attempts)s AND {of_kinds} FOR UPDATE SKIP LOCKED
+SELECT id, kind FROM {table} WHERE {expired_lease} AND attempts >= snoozes + %(max_attempts)s
+AND {of_kinds} FOR UPDATE SKIP LOCKED
 
 -- name: exhausted_cancel
 UPDATE {table} {by_id} SET state = 'cancelled', last_error = %(error)s, {done}

@@ -367,10 +367,10 @@ set_config('enable_bitmapscan', 'off', true)
 -- EXISTS, which drops ORDER BY and LIMIT: with statistics from a time when
 -- most intents had another priority, the planner answered it from the claim
 -- index, reading every due intent.
-(SELECT true FROM {table} WHERE state = 'pending' AND priority > 0 AND next_at <= %(now)s
+(SELECT true FROM {table} WHERE {pending_due} AND priority > 0
   AND array_position(%(limited)s::text[], kind::text) IS NOT NULL
   ORDER BY {claim_order} LIMIT 1) IS NOT NULL
-OR (SELECT true FROM {table} WHERE state = 'pending' AND priority < 0 AND next_at <= %(now)s
+OR (SELECT true FROM {table} WHERE {pending_due} AND priority < 0
   AND array_position(%(limited)s::text[], kind::text) IS NOT NULL
   ORDER BY {claim_order} LIMIT 1) IS NOT NULL
 
