@@ -10,6 +10,7 @@ claim in one statement) must not show here.
 from __future__ import annotations
 
 import random
+import re
 from datetime import datetime, timedelta
 
 import pytest
@@ -17,12 +18,12 @@ from django.db import connection
 
 from django_intents.models import Intent
 from django_intents.rules.limits import Limit
-from django_intents.rules.states import CLAIM_ORDER, due
+from django_intents.rules.states import CLAIM_ORDER, State, due
 from django_intents.rules.validation import new_row
 from django_intents.store import ClaimFilters, backend_for
 from django_intents.store.base import Backend, Ending
 from django_intents.store.claims import claim_order
-from django_intents.store.statements import bind, spread, vendor_names
+from django_intents.store.statements import SQL, bind, spread, vendor_names
 
 from .conftest import T0, at
 
@@ -449,3 +450,13 @@ def test_a_group_may_name_the_statements_own_parameters():
         "SELECT (SELECT %s, %s), (SELECT %s, %s)",
         ["a", 9, "b", 9],
     )
+
+
+@pytest.mark.django_db(databases=[])
+def test_the_sql_files_name_only_the_states_rules_states_defines():
+    """State names are literals in the SQL (partial indexes match them), so a
+    renamed state would leave them behind: every one must be a ``State``."""
+    named = set()
+    for path in SQL.glob("*.sql"):
+        named |= set(re.findall(r"state\s*(?:=|<>)\s*'(\w+)'", path.read_text()))
+    assert named and named <= {state.value for state in State}, named
