@@ -68,5 +68,5 @@ def read_clock(connection: BaseDatabaseWrapper) -> datetime | None:
         return None
     with connection.cursor() as cursor:
         cursor.execute(sql)
-        (value,) = cursor.fetchone()
+        value: datetime = cursor.fetchone()[0]
     return value.replace(tzinfo=UTC) if timezone.is_naive(value) else value.astimezone(UTC)

@@ -43,7 +43,8 @@ def estimates(querysets: Sequence[QuerySet[Any]]) -> list[int] | None:
     ``EXPLAIN`` of them all joined by ``UNION ALL`` (``Backend.estimate_rows``);
     ``None`` on SQLite."""
     first = querysets[0]
-    parts, params = [], []
+    parts: list[str] = []
+    params: list[Any] = []
     for queryset in querysets:
         # Only the primary key: the estimate is the same, the plan quicker to make.
         sql, part_params = queryset.order_by().values("pk").query.sql_with_params()

@@ -34,7 +34,8 @@ def to_values(table: Table, rows: Sequence[dict[str, Any]]) -> list[Any]:
     """
     connection = table.connection
     adapt = connection.ops.adapt_datetimefield_value
-    prepare = table.model._meta.get_field("payload").get_db_prep_save
+    payload: Any = table.model._meta.get_field("payload")
+    prepare = payload.get_db_prep_save
     values = []
     for row in rows:
         for column in table.columns:
@@ -56,14 +57,14 @@ def hydrate(table: Table, rows: Sequence[Sequence[Any]]) -> list[IntentRow]:
     pool's claim of hundreds, ``from_db`` was a third of the loop's time.
     """
     conn, model, fields = table.connection, table.model, table.fields
-    converters = []
+    converters: list[tuple[int, Any, Any]] = []
     for i, field in enumerate(fields):
         col = field.get_col(model._meta.db_table)
         funcs = conn.ops.get_db_converters(col) + field.get_db_converters(conn)
         converters.extend((i, func, field) for func in funcs)
     names = [field.attname for field in fields]
     observed = pre_init.has_listeners(model) or post_init.has_listeners(model)
-    intents = []
+    intents: list[Any] = []
     for row in rows:
         values = list(row)
         for i, func, field in converters:

@@ -131,7 +131,7 @@ class PostgreSQLBackend(Backend):
             query = self.zero_claim_query(now=now, limit=limit, filters=filters, tail=tail)
             with self.cursor() as cursor:
                 cursor.execute(*query)
-                rows = cursor.fetchall()
+                rows: list[Any] = cursor.fetchall()
             # Nothing of priority 0 above the floor is an idle pool's poll, which
             # would pay the branches ten times a second for nothing: what the
             # listener has not announced waits for the pool's full claim.
@@ -141,7 +141,7 @@ class PostgreSQLBackend(Backend):
         [query] = self.claim_queries(now=now, limit=limit, filters=filters, tail=tail)
         with self.cursor() as cursor:
             cursor.execute(*query)
-            branched = cursor.fetchall()
+            branched: list[Any] = cursor.fetchall()
         priority = self.table.columns.index("priority")
         learned.settle_others(key, heard, any(row[priority] != 0 for row in branched))
         return branched
