@@ -382,6 +382,7 @@ def test_every_database_defines_the_same_statements_for_the_shared_verbs():
         "administer_select",
         "administer_retry_now",
         "administer_cancel",
+        "rollup_add",
     }
     own = {
         "sqlite": {"claim_update", "begin_immediate", "commit", "rollback"},

@@ -144,7 +144,7 @@ class Tally:
             row = rows.setdefault((minute, kind), sampled)
             row.due, row.running = sampled.due, sampled.running
         try:
-            upsert(connections[using], Rollup._meta.db_table, list(rows.values()))
+            upsert(connections[using], Intent, list(rows.values()))
         except Exception:
             self.give_back(taken)
             raise

@@ -1,12 +1,11 @@
 """The rollup's one write: add a flush's counts to the rows of their minutes, in one statement.
 
 Several pools flush the same minute, so a flush must add to what is there,
-never overwrite it: an ``INSERT`` whose conflict on ``(minute, kind)`` turns
-into ``count = count + new`` (``ON CONFLICT ... DO UPDATE`` on PostgreSQL and
-SQLite, ``ON DUPLICATE KEY UPDATE`` on MySQL and MariaDB). The database does
-the adding under the row's lock, so two pools flushing at the same instant
-both count, without a read before the write. Django's ``bulk_create`` with
-``update_conflicts`` can only overwrite, hence the SQL here.
+never overwrite it: the named statement ``rollup_add`` (``sql/*.sql``) is an
+``INSERT`` whose conflict on ``(minute, kind)`` adds the counts, which the
+database does under the row's lock, so two pools flushing at the same
+instant both count, without a read before the write. Django's
+``bulk_create`` with ``update_conflicts`` can only overwrite, hence the SQL.
 
 The longest attempt keeps the greater of the two; a queue depth is a sample,
 not a count: the newest sample wins, and a flush without one (``None``) keeps
@@ -18,13 +17,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import astuple, dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-ADDED = ("completed", "failed", "snoozed", "cancelled", "attempts", "duration_sum")
-LARGEST = ("duration_max",)
-SAMPLED = ("due", "running")
+from django_intents.store import backend_for
+from django_intents.store.statements import bind
+
+if TYPE_CHECKING:
+    from django.db.models import Model
 
 
 @dataclass
@@ -44,50 +45,13 @@ class RollupRow:
     running: int | None = None
 
 
-COLUMNS = ("minute", "kind", *ADDED, *LARGEST, *SAMPLED)
-
-
-def upsert(connection: BaseDatabaseWrapper, table: str, rows: Sequence[RollupRow]) -> None:
-    """Add ``rows`` to ``table`` (``models.Rollup``'s) in one statement."""
+def upsert(connection: BaseDatabaseWrapper, model: type[Model], rows: Sequence[RollupRow]) -> None:
+    """Add ``rows`` to the rollup table of ``model``'s app, in one statement."""
     if not rows:
         return
-    quote = connection.ops.quote_name
-    columns = ", ".join(quote(column) for column in COLUMNS)
-    values = ", ".join(["(" + ", ".join(["%s"] * len(COLUMNS)) + ")"] * len(rows))
-    params: list[Any] = []
-    for row in rows:
-        fields = list(astuple(row))
-        fields[0] = connection.ops.adapt_datetimefield_value(row.minute)
-        params.extend(fields)
-    conflict = _on_conflict(connection, table)
-    sql = f"INSERT INTO {quote(table)} ({columns}) VALUES {values} {conflict}"
+    adapt = connection.ops.adapt_datetimefield_value
+    values = [(adapt(row.minute), *astuple(row)[1:]) for row in rows]
+    statement = backend_for(connection, model).sql.rollup_add
+    sql, params = bind(statement, {"rows": values})
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
-
-
-def _on_conflict(connection: BaseDatabaseWrapper, table: str) -> str:
-    quote = connection.ops.quote_name
-    if connection.vendor == "mysql":
-
-        def old(column: str) -> str:
-            return quote(column)
-
-        def new(column: str) -> str:
-            return f"VALUES({quote(column)})"
-
-        greatest = "GREATEST"
-        clause = "ON DUPLICATE KEY UPDATE"
-    else:  # PostgreSQL and SQLite spell it the same way, bar the greater of two
-
-        def old(column: str) -> str:
-            return f"{quote(table)}.{quote(column)}"
-
-        def new(column: str) -> str:
-            return f"EXCLUDED.{quote(column)}"
-
-        greatest = "MAX" if connection.vendor == "sqlite" else "GREATEST"
-        clause = f"ON CONFLICT ({quote('minute')}, {quote('kind')}) DO UPDATE SET"
-    sets = [f"{quote(c)} = {old(c)} + {new(c)}" for c in ADDED]
-    sets += [f"{quote(c)} = {greatest}({old(c)}, {new(c)})" for c in LARGEST]
-    sets += [f"{quote(c)} = COALESCE({new(c)}, {old(c)})" for c in SAMPLED]
-    return f"{clause} {', '.join(sets)}"

@@ -55,6 +55,7 @@ class Table:
         meta = model._meta
         self.name = q(meta.db_table)
         self.paused = q(meta.apps.get_model(meta.app_label, "PausedKind")._meta.db_table)
+        rollup = q(meta.apps.get_model(meta.app_label, "Rollup")._meta.db_table)
         self.fields = meta.concrete_fields
         self.columns = tuple(str(field.column) for field in self.fields)
         column_list = ", ".join(q(column) for column in self.columns)
@@ -63,6 +64,7 @@ class Table:
             {
                 "table": self.name,
                 "paused": self.paused,
+                "rollup": rollup,
                 "columns": column_list,
                 "t_columns": ", ".join("t." + q(column) for column in self.columns),
                 "column_group": "(" + ", ".join(["%s"] * len(self.columns)) + ")",

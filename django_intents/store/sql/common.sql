@@ -184,3 +184,22 @@ UPDATE {table} {by_id} SET {cancel_set} WHERE id IN ([ids]) AND {active} {return
 
 -- fragment: returning_moved
 RETURNING id, kind, priority
+
+-- name: rollup_add
+-- A flush of the dashboard's per-minute tallies (observability/rollup.py):
+-- several pools flush the same minute, so a conflict on (minute, kind) adds
+-- the counts under the row's lock, keeps the longer attempt, and keeps the
+-- row's depth sample when the flush carries none.
+INSERT INTO {rollup} (minute, kind, completed, failed, snoozed, cancelled, attempts,
+  duration_sum, duration_max, due, running)
+VALUES [rows:(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)]
+ON CONFLICT (minute, kind) DO UPDATE SET
+  completed = {rollup}.completed + EXCLUDED.completed,
+  failed = {rollup}.failed + EXCLUDED.failed,
+  snoozed = {rollup}.snoozed + EXCLUDED.snoozed,
+  cancelled = {rollup}.cancelled + EXCLUDED.cancelled,
+  attempts = {rollup}.attempts + EXCLUDED.attempts,
+  duration_sum = {rollup}.duration_sum + EXCLUDED.duration_sum,
+  duration_max = {larger}({rollup}.duration_max, EXCLUDED.duration_max),
+  due = COALESCE(EXCLUDED.due, {rollup}.due),
+  running = COALESCE(EXCLUDED.running, {rollup}.running)

@@ -114,3 +114,20 @@ SELECT GET_LOCK(%(name)s, %(wait)s)
 
 -- name: release_lock
 SELECT RELEASE_LOCK(%(name)s)
+
+-- name: rollup_add
+-- As common.sql's, in MySQL's words for a conflict: VALUES(column) is the row
+-- the flush tried to insert.
+INSERT INTO {rollup} (minute, kind, completed, failed, snoozed, cancelled, attempts,
+  duration_sum, duration_max, due, running)
+VALUES [rows:(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)]
+ON DUPLICATE KEY UPDATE
+  completed = completed + VALUES(completed),
+  failed = failed + VALUES(failed),
+  snoozed = snoozed + VALUES(snoozed),
+  cancelled = cancelled + VALUES(cancelled),
+  attempts = attempts + VALUES(attempts),
+  duration_sum = duration_sum + VALUES(duration_sum),
+  duration_max = GREATEST(duration_max, VALUES(duration_max)),
+  due = COALESCE(VALUES(due), due),
+  running = COALESCE(VALUES(running), running)

@@ -392,3 +392,6 @@ SET LOCAL max_parallel_workers_per_gather = 0
 
 -- name: parallel_plans
 SET LOCAL max_parallel_workers_per_gather TO DEFAULT
+
+-- fragment: larger
+GREATEST

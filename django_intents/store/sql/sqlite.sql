@@ -71,3 +71,7 @@ COMMIT
 
 -- name: rollback
 ROLLBACK
+
+-- fragment: larger
+-- SQLite's two-argument MAX is its GREATEST.
+MAX
