@@ -125,20 +125,14 @@ class KindCharts:
         return None
 
     @property
-    def hour_chart(self) -> SafeString:
-        return outcome_chart(self.hour, "%H:%M")
-
-    @property
-    def day_chart(self) -> SafeString:
-        return outcome_chart(self.day, "%H:%M")
-
-    @property
-    def hour_depth(self) -> SafeString:
-        return depth_chart(self.hour, "%H:%M")
-
-    @property
-    def day_depth(self) -> SafeString:
-        return depth_chart(self.day, "%H:%M")
+    def charts(self) -> list[tuple[str, SafeString]]:
+        """The row's four cells, in the table's column order: outcomes then depth,
+        each over the hour and the day; the CSS class says how wide the cell is."""
+        return [
+            (css, draw(buckets, "%H:%M"))
+            for css, draw in (("", outcome_chart), (" intents-chart-narrow", depth_chart))
+            for buckets in (self.hour, self.day)
+        ]
 
 
 COLUMNS = ("completed", "failed", "snoozed", "cancelled", "due", "attempts")

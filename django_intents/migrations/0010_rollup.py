@@ -6,23 +6,9 @@ column gets the intent table's binary NO PAD collation (migration 0004), so
 that ``"Job"`` and ``"job"`` are two rows, as they are two kinds.
 """
 
-from typing import Any
-
-from django.apps.registry import Apps
 from django.db import migrations, models
-from django.db.backends.base.schema import BaseDatabaseSchemaEditor
 
-
-def binary_kind(apps: Apps, schema_editor: BaseDatabaseSchemaEditor) -> None:
-    connection: Any = schema_editor.connection  # MySQL's, when it matters
-    if connection.vendor != "mysql":
-        return
-    collation = "utf8mb4_nopad_bin" if connection.mysql_is_mariadb else "utf8mb4_0900_bin"
-    table = schema_editor.quote_name(apps.get_model("django_intents", "Rollup")._meta.db_table)
-    schema_editor.execute(
-        f"ALTER TABLE {table} MODIFY {schema_editor.quote_name('kind')} "
-        f"varchar(100) CHARACTER SET utf8mb4 COLLATE {collation} NOT NULL"
-    )
+from django_intents.migrations._mysql import binary_kind
 
 
 class Migration(migrations.Migration):
@@ -30,14 +16,9 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.CreateModel(
-            name="Rollup",
-            fields=[
-                (
-                    "id",
-                    models.BigAutoField(
-                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
-                    ),
-                ),
+            "Rollup",
+            [
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
                 ("minute", models.DateTimeField()),
                 ("kind", models.CharField(max_length=100)),
                 ("completed", models.PositiveIntegerField(default=0)),
@@ -60,5 +41,5 @@ class Migration(migrations.Migration):
         ),
         # The table goes away with the model when reversed: nothing to undo. Not
         # in a transaction: MySQL refuses DDL inside one (as in 0006).
-        migrations.RunPython(binary_kind, migrations.RunPython.noop, atomic=False, elidable=False),
+        migrations.RunPython(binary_kind("Rollup"), migrations.RunPython.noop, atomic=False, elidable=False),
     ]
