@@ -80,7 +80,7 @@ class Intent(models.Model):
             ),
             # Intents with a priority above 0, and below 0, each in claim order:
             # usually few, so the claim's branches for them cost a lookup in a
-            # small index (store/claims.py, ``Branch``). Two indexes, not one:
+            # small index (the three branches of ``store/sql/common.sql``). Two indexes, not one:
             # each branch's condition is its index's, so the planner has no
             # priority test to estimate and walks the index in order.
             models.Index(

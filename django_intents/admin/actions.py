@@ -35,6 +35,7 @@ from django.utils.translation import gettext_lazy, ngettext, ngettext_lazy
 
 from django_intents.admin.changelist import bounded_count
 from django_intents.models import Intent, PausedKind
+from django_intents.rules.batches import INSERT_BATCH
 from django_intents.rules.states import ACTIVE, TERMINAL, State
 
 if TYPE_CHECKING:
@@ -42,7 +43,6 @@ if TYPE_CHECKING:
 
     Action = Callable[[admin.ModelAdmin[Intent], HttpRequest, QuerySet[Intent]], Any]
 
-SKIPPED_LOOKUP_BATCH = 500
 CONFIRM_LISTED = 100  # intents named on a confirmation page; past that, "and N more"
 
 
@@ -192,10 +192,10 @@ def apply(
 
 
 def skipped_message(ids: Sequence[str]) -> str:
-    """Say why intents were not changed, from their state now (one query per 500)."""
+    """Say why intents were not changed, from their state now (one query per ``INSERT_BATCH``)."""
     states: Counter[str] = Counter()
-    for start in range(0, len(ids), SKIPPED_LOOKUP_BATCH):
-        chunk = ids[start : start + SKIPPED_LOOKUP_BATCH]
+    for start in range(0, len(ids), INSERT_BATCH):
+        chunk = ids[start : start + INSERT_BATCH]
         states.update(Intent.objects.filter(pk__in=chunk).values_list("state", flat=True))
     counts = {
         State.COMPLETED: states[State.COMPLETED],

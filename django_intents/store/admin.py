@@ -4,7 +4,7 @@ and the administrative transitions on many intents at once.
 Each costs what it returns, not what the table holds: the kinds are read from
 the ``(kind, state, event_id)`` index one kind at a time, an estimate is the
 planner's (no row is read), and a transition on a selection is one statement
-per ``BATCH`` intents, however many are selected.
+per ``rules.batches.INSERT_BATCH`` intents, however many are selected.
 """
 
 from __future__ import annotations
@@ -16,10 +16,9 @@ from typing import Any
 from django.db import connections, transaction
 from django.db.models import QuerySet
 
+from django_intents.rules.batches import INSERT_BATCH
 from django_intents.store import backend_for
 from django_intents.store.base import Backend
-
-BATCH = 1000
 
 
 def kinds(backend: Backend) -> list[str]:
@@ -91,8 +90,8 @@ def administer_many(
     table = backend.table
     moved: list[tuple[str, str]] = []
     with transaction.atomic(using=backend.alias), backend.cursor() as cursor:
-        for start in range(0, len(ids), BATCH):
-            batch = list(ids[start : start + BATCH])
+        for start in range(0, len(ids), INSERT_BATCH):
+            batch = list(ids[start : start + INSERT_BATCH])
             if table.returning:
                 rows = table.execute(cursor, f"administer_{name}", now=at, ids=batch).fetchall()
             else:

@@ -20,7 +20,6 @@ from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from django_intents.store.claims import (
-    MAX_LIMIT,
     Ask,
     Claimed,
     ClaimFilters,
@@ -40,7 +39,6 @@ if TYPE_CHECKING:
 NOTIFY_CHANNEL, PRIORITY_CHANNEL = "django_intents", "django_intents_priority"
 
 __all__ = [
-    "MAX_LIMIT",
     "NOTIFY_CHANNEL",
     "PRIORITY_CHANNEL",
     "Backend",

@@ -13,10 +13,6 @@ if TYPE_CHECKING:
     from django_intents.rules.intent import IntentRow
 
 
-# The largest LIMIT that SQLite, PostgreSQL and MariaDB all accept.
-MAX_LIMIT = 2**63 - 1
-
-
 @dataclass(frozen=True)
 class ClaimFilters:
     """The optional conditions of a claim or a due probe, as the manager checked them."""

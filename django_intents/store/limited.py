@@ -27,8 +27,9 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
+from django_intents.rules.batches import MAX_LIMIT
 from django_intents.rules.limits import Admission
-from django_intents.store.claims import MAX_LIMIT, Claimed, ClaimFilters, Claims, claim_order
+from django_intents.store.claims import Claimed, ClaimFilters, Claims, claim_order
 from django_intents.store.rows import hydrate, take
 from django_intents.store.table import Table
 

@@ -18,7 +18,8 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from django_intents.store.claims import MAX_LIMIT, Ask, ClaimFilters, Claims, Riders
+from django_intents.rules.batches import MAX_LIMIT
+from django_intents.store.claims import Ask, ClaimFilters, Claims, Riders
 from django_intents.store.limited import scan_size
 from django_intents.store.postgresql import heldhead
 from django_intents.store.postgresql.cursors import one_round_trip
