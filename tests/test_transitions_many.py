@@ -2,7 +2,7 @@
 
 They are what the admin's actions run: the same guards as ``retry_now`` and
 ``cancel`` (unfinished intents move, a running claimant is fenced, finished
-ones are never touched), one statement per thousand ids, and the ids moved
+ones are never touched), one statement per batch of ``INSERT_BATCH`` ids, and the ids moved
 come back.
 """
 
@@ -13,6 +13,7 @@ from django.db import DatabaseError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from django_intents.models import Intent
+from django_intents.rules.batches import INSERT_BATCH
 from django_intents.store import admin as admin_sql
 
 from .conftest import T0, at, enqueue, row, snapshot
@@ -68,14 +69,14 @@ def test_the_running_claimant_is_fenced(method):
 
 
 @pytest.mark.parametrize("method", MANY)
-def test_a_selection_past_one_batch_moves_every_intent_in_a_statement_per_thousand(method):
+def test_a_selection_past_one_batch_moves_every_intent_in_a_statement_per_batch(method):
     ids = Intent.objects.enqueue_many(
-        {"kind": "webhook", "event_id": f"e{i}", "target": "t"} for i in range(1005)
+        {"kind": "webhook", "event_id": f"e{i}", "target": "t"} for i in range(INSERT_BATCH + 5)
     )
     with CaptureQueriesContext(connection) as queries:
         moved = getattr(Intent.objects, method)(ids)
     assert sorted(moved) == sorted(ids)
-    assert Intent.objects.filter(state=TO[method]).count() == 1005
+    assert Intent.objects.filter(state=TO[method]).count() == INSERT_BATCH + 5
     # Two batches: an UPDATE each (MySQL: a locking SELECT and an UPDATE each), and on
     # PostgreSQL a NOTIFY each for the intents retried now.
     per_batch = {"sqlite": 1, "postgresql": 1, "mysql": 2}[connection.vendor]
@@ -140,7 +141,7 @@ def test_a_database_error_in_a_later_batch_moves_no_intent_and_announces_nothing
     method, monkeypatch, announced
 ):
     """The batches are one transaction: the first batch's rows are not left moved."""
-    monkeypatch.setattr(admin_sql, "BATCH", 2)
+    monkeypatch.setattr(admin_sql, "INSERT_BATCH", 2)
     ids = enqueue(5, next_at=at(600))
     before = snapshot()
     statements = []
