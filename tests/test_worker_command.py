@@ -17,6 +17,7 @@ from django.test import override_settings
 
 from django_intents.management.commands import run_intent_workers as command
 from django_intents.observability import metrics
+from django_intents.worker.tally import Tally
 from tests.testapp import handlers as test_handlers
 
 pytestmark = pytest.mark.django_db
@@ -29,6 +30,7 @@ class FakePool:
     def __init__(self, **kwargs: Any) -> None:
         self.kwargs = kwargs
         self.ran = False
+        self.outcomes = Tally()
         FakePool.instances.append(self)
 
     def run(self) -> int:
@@ -114,6 +116,7 @@ def test_options_reach_the_pool(fake_pool):
     pool = run(
         "--workers", "3", "--concurrency", "250", "--kinds", "test.ok,test.stop", "--lease", "6",
         "--renew", "1.5", "--drain", "--grace", "0", "--db-error-timeout", "9",
+        "--summary-interval", "30",
     )  # fmt: skip
     assert pool.ran
     assert pool.kwargs["handlers"] == {"test.ok": test_handlers.ok, "test.stop": test_handlers.stop}
@@ -127,6 +130,7 @@ def test_options_reach_the_pool(fake_pool):
         "until_empty": False,
         "timeout": None,
         "db_error_timeout": 9.0,
+        "report_interval": 30.0,
         "using": "default",
     }
 

@@ -30,7 +30,8 @@ class Ending:
     """How a pool ends one claim other than by completing it: a row of ``finish_many``.
 
     ``state`` is ``pending`` (a retry, or a release when ``next_at`` is now)
-    or ``cancelled``; ``next_at`` and ``error`` are left as they are when ``None``.
+    or ``cancelled``; ``next_at``, ``error`` and ``traceback`` are left as they are
+    when ``None``.
     ``snooze`` adds one to ``snoozes``: a ``Retry(after=...)``, whose claim
     ``MAX_ATTEMPTS`` then does not count. ``unstarted`` takes the claim's
     attempt back: a release of a claim that waited in a pool's queue and never
@@ -45,6 +46,7 @@ class Ending:
     error: str | None = None
     snooze: bool = False
     unstarted: bool = False
+    traceback: str | None = None
 
 
 Finished = tuple[str, str, str]  # id, kind, state: one row that finish_many moved
@@ -77,6 +79,7 @@ def finish_by_case(backend: Backend, endings: Sequence[Ending], *, now: datetime
             ("state", [(e.id, e.state) for e in endings]),
             ("next_at", [(e.id, backend.dt(e.next_at)) for e in endings if e.next_at]),
             ("last_error", [(e.id, e.error) for e in endings if e.error is not None]),
+            ("last_traceback", [(e.id, e.traceback) for e in endings if e.traceback is not None]),
         ):
             if values:
                 whens = " ".join(["WHEN %s THEN %s"] * len(values))

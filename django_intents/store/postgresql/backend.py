@@ -163,12 +163,13 @@ class PostgreSQLBackend(LimitedClaims, ServerBoundCursors, Backend):
             f"UPDATE {table} AS t SET state = v.state, "
             f"next_at = COALESCE(v.next_at, t.next_at), "
             f"last_error = COALESCE(v.error, t.last_error), "
+            f"last_traceback = COALESCE(v.trace, t.last_traceback), "
             f"snoozes = t.snoozes + CASE WHEN v.snooze THEN 1 ELSE 0 END, "
             f"attempts = t.attempts - CASE WHEN v.unstarted THEN 1 ELSE 0 END, "
             f"{CLEAR_CLAIM}, updated_at = %s "
             f"FROM unnest(%s::text[], %s::text[], %s::text[], %s::timestamptz[], %s::text[], "
-            f"%s::boolean[], %s::boolean[]) AS v(id, token, state, next_at, error, snooze, "
-            f"unstarted) WHERE {BATCH_ROW_BY_KEY} "
+            f"%s::boolean[], %s::boolean[], %s::text[]) AS v(id, token, state, next_at, error, "
+            f"snooze, unstarted, trace) WHERE {BATCH_ROW_BY_KEY} "
             f"RETURNING t.id, t.kind, t.state, t.next_at <= %s, t.priority <> 0"
         )
         self.sql_notify_kinds = (
@@ -199,6 +200,7 @@ class PostgreSQLBackend(LimitedClaims, ServerBoundCursors, Backend):
             "attempts": "0",
             "snoozes": "0",
             "last_error": "''",
+            "last_traceback": "''",
             "claim_token": "''",
             "claim_until": "NULL",
         }
@@ -354,9 +356,9 @@ class PostgreSQLBackend(LimitedClaims, ServerBoundCursors, Backend):
 
     def finish_many(self, endings: Sequence[Ending], *, now: datetime) -> list[Finished]:
         """One statement over arrays; an intent due now notifies idle pools, as release does."""
-        columns: list[list[Any]] = [[], [], [], [], [], [], []]
+        columns: list[list[Any]] = [[], [], [], [], [], [], [], []]
         for e in endings:
-            row = (e.id, e.token, e.state, e.next_at, e.error, e.snooze, e.unstarted)
+            row = (e.id, e.token, e.state, e.next_at, e.error, e.snooze, e.unstarted, e.traceback)
             for column, value in zip(columns, row, strict=True):
                 column.append(value)
         with self.cursor() as cursor:
