@@ -12,17 +12,18 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TextIO
+from typing import Any, TextIO
 
-from tqdm import tqdm
+from tqdm import tqdm  # type: ignore[import-untyped]
 
 PLAIN_EVERY = 10.0  # seconds between two plain progress lines
 
 
-def raw(stream: TextIO) -> TextIO:
+def raw(stream: Any) -> TextIO:
     """The stream under a command's ``self.stdout``, whose ``write`` ends every
     call with a newline: a redrawn line must not have one."""
-    return getattr(stream, "_out", stream)
+    out: TextIO = getattr(stream, "_out", stream)
+    return out
 
 
 class Progress:

@@ -340,8 +340,8 @@ class Recorder:
         for (kind, cause), group in alike.items():
             if len(group) <= BURST:
                 for claim, ending in group:
-                    then, trace = self._then(ending, now), self._traceback(claim)
-                    log.warning("%s: failed: %s; %s%s", claim.name, cause, then, trace)
+                    after, trace = self._then(ending, now), self._traceback(claim)
+                    log.warning("%s: failed: %s; %s%s", claim.name, cause, after, trace)
                 continue
             waits = [(e.next_at - now).total_seconds() for _, e in group if _retried(e)]
             cancelled = len(group) - len(waits)

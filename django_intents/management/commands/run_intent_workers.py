@@ -23,7 +23,7 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 from django.db import Error as DatabaseFailure
-from tqdm.contrib.logging import logging_redirect_tqdm
+from tqdm.contrib.logging import logging_redirect_tqdm  # type: ignore[import-untyped]
 
 from django_intents.conf import get_settings
 from django_intents.handlers import discover
