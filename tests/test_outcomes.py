@@ -316,3 +316,12 @@ def test_run_intent_workers_drain_prints_the_table_on_stdout_and_says_so_in_its_
     assert "Traceback (most recent call last):" in log and "ValueError: boom 1" in log
     assert row(failing).last_traceback.rstrip().endswith("ValueError: boom 1")
     assert Intent.objects.filter(kind="test.ok", state=Intent.State.COMPLETED).count() == 5
+
+
+def test_with_debug_on_every_failure_logs_its_traceback(caplog):
+    enqueue("o.fail", 3)
+    caplog.set_level(logging.DEBUG, logger="django_intents")  # -v 2
+    assert pool({"o.fail": fail}, drain=True).run() == 0
+    lines = [line for line in warnings(caplog) if ": failed: " in line]
+    assert len(lines) == 3
+    assert all("Traceback (most recent call last):" in line for line in lines)

@@ -28,6 +28,7 @@ failure of each kind and exception type, and reminds of it after that.
 from __future__ import annotations
 
 import contextlib
+import logging
 import queue
 import threading
 import time
@@ -365,12 +366,13 @@ class Recorder:
 
         At default verbosity, and once: the traceback says where a handler
         breaks, and a partner down for an hour must not fill the log with it.
-        The admin shows the last one of each intent (``last_traceback``).
+        The admin shows the last one of each intent (``last_traceback``); with
+        DEBUG on (``-v 2``), every failure's is logged.
         """
         if not claim.traceback:
             return ""
         key = (claim.intent.kind, (claim.cause or "").partition(":")[0])
-        if key in self._shown:
+        if key in self._shown and not log.isEnabledFor(logging.DEBUG):
             return " (traceback logged above)"
         self._shown.add(key)
         return "\n" + claim.traceback.rstrip("\n")
