@@ -11,9 +11,10 @@ class IntentsConfig(AppConfig):
 
     def ready(self) -> None:
         from django_intents import checks  # noqa: F401 - importing checks registers them
-        from django_intents.observability import metrics
+        from django_intents.observability import metrics, rollup
 
         metrics.connect()
+        rollup.connect()  # the dashboard's per-minute counts
         if _uses_task_backend():
             # The worker pool runs the kinds in the handler registry, but it never
             # builds task backends (django.tasks makes them lazily, on first use),

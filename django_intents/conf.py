@@ -50,7 +50,8 @@ class IntentSettings:
     retention: Mapping[str, Retention] | None = None
     gauge_cache: float = 5.0
     db_error_timeout: float = 60.0
-    limits: Mapping[str, Limit] = field(default_factory=dict)
+    limits: Mapping[str, Limit] = field(default_factory=dict)  # LIMITS' caps: the claims'
+    timeouts: Mapping[str, float] = field(default_factory=dict)  # LIMITS' timeouts: the pool's
     schedules: Mapping[str, Schedule] = field(default_factory=dict)
     listen_database: str | None = None
 
@@ -154,7 +155,7 @@ def _alias(key: str, value: Any) -> str | None:
     return value
 
 
-def _limits(key: str, value: Any) -> dict[str, Limit]:
+def _limits(key: str, value: Any) -> tuple[dict[str, Limit], dict[str, float]]:
     try:
         return parse_limits(value)
     except ValueError as exc:
@@ -205,6 +206,8 @@ def parse(raw: Any) -> tuple[IntentSettings, list[SettingError]]:
             values[attr] = parser(key, value)
         except SettingError as exc:
             errors.append(exc)
+    if "limits" in values:  # one key, two settings: what claims apply, what the pool times
+        values["limits"], values["timeouts"] = values["limits"]
     built = IntentSettings(**values)
     if not errors and built.renew is not None and built.renew >= built.lease:
         errors.append(SettingError("RENEW", f"({built.renew}) must be shorter than LEASE"))

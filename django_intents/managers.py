@@ -138,22 +138,13 @@ class IntentManager(models.Manager.from_queryset(IntentQuerySet)):  # type: igno
     # thread-sensitive executor, so an async view can enqueue without
     # SynchronousOnlyOperation, and the validation errors arrive unchanged.
 
-    async def aenqueue(
-        self,
-        kind: str,
-        event_id: str,
-        target: str,
-        payload: Any = None,
-        *,
-        next_at: datetime | None = None,
-        id: str | None = None,
-        now: datetime | None = None,
-        priority: int | None = None,
-    ) -> str:
-        """Await :meth:`enqueue` from async code: same arguments, errors and idempotence."""
-        return await sync_to_async(self.enqueue)(
-            kind, event_id, target, payload, next_at=next_at, id=id, now=now, priority=priority
-        )
+    async def aenqueue(self, *args: Any, **kwargs: Any) -> str:
+        """Await :meth:`enqueue` from async code: same arguments, errors and idempotence.
+
+        Like Django's own ``a`` methods, it takes :meth:`enqueue`'s arguments as
+        they are, so the two can never drift apart.
+        """
+        return await sync_to_async(self.enqueue)(*args, **kwargs)
 
     async def aenqueue_many(
         self, items: Iterable[Mapping[str, Any]], *, now: datetime | None = None

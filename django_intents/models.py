@@ -83,7 +83,7 @@ class Intent(models.Model):
             ),
             # Intents with a priority above 0, and below 0, each in claim order:
             # usually few, so the claim's branches for them cost a lookup in a
-            # small index (store/claims.py, ``Branch``). Two indexes, not one:
+            # small index (the three branches of ``store/sql/common.sql``). Two indexes, not one:
             # each branch's condition is its index's, so the planner has no
             # priority test to estimate and walks the index in order.
             models.Index(
@@ -168,3 +168,32 @@ class PausedKind(models.Model):
 
     def __str__(self) -> str:
         return self.kind
+
+
+class Rollup(models.Model):
+    """What the pools did with one kind in one minute, and how deep its queue was then.
+
+    Written by the pools (``observability/rollup.py``), read by the admin's
+    dashboard: a few rows a minute, kept for two days, so the dashboard's
+    charts never read the intents table.
+    """
+
+    minute = models.DateTimeField()  # the minute's start, UTC
+    kind = models.CharField(max_length=MAX_LENGTHS["kind"])
+    completed = models.PositiveIntegerField(default=0)
+    failed = models.PositiveIntegerField(default=0)
+    snoozed = models.PositiveIntegerField(default=0)
+    cancelled = models.PositiveIntegerField(default=0)
+    attempts = models.PositiveIntegerField(default=0)  # every finished attempt, fenced ones too
+    duration_sum = models.FloatField(default=0.0)  # seconds, over ``attempts``
+    duration_max = models.FloatField(default=0.0)
+    due = models.PositiveIntegerField(null=True)  # sampled once a minute; NULL: not sampled
+    running = models.PositiveIntegerField(null=True)
+
+    class Meta:
+        constraints = (
+            models.UniqueConstraint(fields=("minute", "kind"), name="intents_rollup_minute_kind"),
+        )
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.minute:%Y-%m-%d %H:%M}"

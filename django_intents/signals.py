@@ -18,6 +18,7 @@ class Outcome(StrEnum):
     STOPPED = "stopped"  # raised Stop: cancelled for good
     SNOOZED = "snoozed"  # raised Retry(after=...): due later, not counted toward MAX_ATTEMPTS
     FENCED = "fenced"  # the claim was lost (or released at shutdown): the result was dropped
+    TIMEOUT = "timeout"  # ran past its timeout: a failure, retried or cancelled at MAX_ATTEMPTS
 
 
 # kinds: list[str], one entry per intent that moved; to: the new state.

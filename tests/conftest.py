@@ -177,5 +177,6 @@ def empty_database(transactional_db: None, tmp_path: Path) -> Iterator[str]:
 
 
 def branch_plan(plan: str, name: str) -> str:
-    """The part of a PostgreSQL claim's plan for one branch (``claims.Branch``)."""
+    """The part of a PostgreSQL claim's plan for one branch (``branch_high``, ``branch_zero``,
+    ``branch_low`` in ``store/sql/postgresql.sql``)."""
     return plan.split(f"CTE branch_{name}")[1].split("CTE branch_")[0]

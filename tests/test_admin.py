@@ -36,6 +36,7 @@ CHANGELIST = reverse("admin:django_intents_intent_changelist")
 # list_display index as the changelist's ?o= counts it: 0 is the action checkbox.
 NEXT_RUN_COLUMN = 7
 PRIORITY_COLUMN = 6
+CONFIRMED = ("cancel",)  # transitions that ask on a page of their own first
 
 
 def make(
@@ -81,8 +82,13 @@ def button_url(name: str, id: str) -> str:  # noqa: A002
     return reverse(f"admin:django_intents_intent_{name}", args=[id])
 
 
-def act(client: Client, action: str, ids: list[str]) -> Any:
-    return client.post(CHANGELIST, {"action": action, "_selected_action": ids, "index": "0"})
+def act(client: Client, action: str, ids: list[str], *, confirmed: bool = True) -> Any:
+    """Run ``action`` on ``ids`` from the list; ``confirmed``: as the "Yes, I'm sure" of a
+    transition that asks first (cancel) posts it."""
+    data = {"action": action, "_selected_action": ids, "index": "0"}
+    if confirmed and action in CONFIRMED:
+        data["post"] = "yes"
+    return client.post(CHANGELIST, data)
 
 
 def notes(response: Any) -> list[tuple[int, str]]:
@@ -467,6 +473,7 @@ def test_actions_apply_to_all_matching_intents_across_pages(admin_client, mixed)
             "_selected_action": [mixed["pending"]],
             "select_across": "1",
             "index": "0",
+            "post": "yes",
         },
     )
     assert notes(response) == [(SUCCESS, "Cancelled 1 intent.")]
@@ -517,6 +524,15 @@ def test_change_page_of_a_finished_intent_has_no_buttons(admin_client, mixed):
     assert "intents-button" not in html
 
 
+def test_change_page_of_a_finished_intent_shows_no_next_run(admin_client, mixed):
+    for key in ("completed", "cancelled"):
+        html = admin_client.get(change_url(mixed[key])).content.decode()
+        assert "field-next_at" not in html
+        shown = re.search(r'field-next_run">.*?<div class="readonly">(.*?)</div>', html, re.S)
+        assert shown is not None and shown.group(1) == "-"
+    assert "field-next_at" in admin_client.get(change_url(mixed["pending"])).content.decode()
+
+
 def test_retry_now_button(admin_client, mixed):
     before = server_now()
     response = admin_client.post(button_url("retry_now", mixed["running"]))
@@ -530,10 +546,95 @@ def test_retry_now_button(admin_client, mixed):
 
 
 def test_cancel_button(admin_client, mixed):
-    response = admin_client.post(button_url("cancel", mixed["pending"]))
+    response = admin_client.post(button_url("cancel", mixed["pending"]), {"post": "yes"})
     assert response.status_code == 302
     assert row(mixed["pending"]).state == "cancelled"
     assert notes(response) == [(SUCCESS, "Cancelled 1 intent.")]
+
+
+def test_cancel_action_asks_first_and_changes_nothing_until_confirmed(admin_client, mixed):
+    before = snapshot()
+    selection = [mixed["pending"], mixed["running"]]
+    response = act(admin_client, "cancel", selection, confirmed=False)
+    assert response.status_code == 200
+    assert response.templates[0].name == "admin/django_intents/intent/confirm_transition.html"
+    html = response.content.decode()
+    assert "Yes, I’m sure" in html
+    assert '<input type="hidden" name="post" value="yes">' in html
+    assert '<input type="hidden" name="action" value="cancel">' in html
+    for id in selection:
+        assert f'<input type="hidden" name="_selected_action" value="{id}">' in html
+        assert f'title="{id}"' in html  # listed, the full id on hover
+    assert mixed["completed"] not in html
+    assert notes(response) == []
+    assert snapshot() == before
+    # The page's form posts the selection back with post=yes.
+    confirmed = admin_client.post(
+        CHANGELIST, {"action": "cancel", "_selected_action": selection, "post": "yes"}
+    )
+    assert confirmed.status_code == 302
+    assert notes(confirmed) == [(SUCCESS, "Cancelled 2 intents.")]
+    for id in selection:
+        assert row(id).state == "cancelled"
+
+
+def test_cancel_confirmation_across_pages_posts_the_filter_back(admin_client, mixed):
+    before = snapshot()
+    url = CHANGELIST + "?state__exact=pending"
+    data = {
+        "action": "cancel",
+        "_selected_action": [mixed["pending"]],
+        "select_across": "1",
+        "index": "0",
+    }
+    response = admin_client.post(url, data)
+    html = response.content.decode()
+    assert '<input type="hidden" name="select_across" value="1">' in html
+    assert "1 intent selected" in html
+    assert snapshot() == before
+    response = admin_client.post(url, {**data, "post": "yes"})
+    assert notes(response) == [(SUCCESS, "Cancelled 1 intent.")]
+    assert row(mixed["pending"]).state == "cancelled"
+    assert row(mixed["running"]).state == "running"
+
+
+def test_cancel_button_asks_first_and_changes_nothing_until_confirmed(admin_client, mixed):
+    before = snapshot()
+    url = button_url("cancel", mixed["running"])
+    response = admin_client.post(url)
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert '<form method="post">' in html  # back to the button's URL
+    assert '<input type="hidden" name="post" value="yes">' in html
+    assert f'title="{mixed["running"]}"' in html
+    assert snapshot() == before
+    response = admin_client.post(url, {"post": "yes"})
+    assert response.status_code == 302
+    assert row(mixed["running"]).state == "cancelled"
+    assert notes(response) == [(SUCCESS, "Cancelled 1 intent.")]
+
+
+@external_kinds("<b>kind</b>")
+def test_cancel_confirmation_escapes_what_intents_carry(admin_client):
+    id = make(kind="<b>kind</b>", target='https://x.example/"><script>alert(1)</script>')
+    html = act(admin_client, "cancel", [id], confirmed=False).content.decode()
+    assert "<script>" not in html and "<b>kind</b>" not in html
+    assert "&lt;script&gt;" in html and "&lt;b&gt;kind&lt;/b&gt;" in html
+
+
+def test_retry_now_asks_nothing(admin_client, mixed):
+    response = act(admin_client, "retry_now", [mixed["running"]], confirmed=False)
+    assert response.status_code == 302
+    assert row(mixed["running"]).state == "pending"
+
+
+@pytest.mark.parametrize("confirmed", [False, True])
+def test_cancel_confirmation_requires_the_change_permission(viewer, mixed, confirmed):
+    before = snapshot()
+    assert act(viewer, "cancel", [mixed["pending"]], confirmed=confirmed).status_code == 403
+    data = {"post": "yes"} if confirmed else {}
+    assert viewer.post(button_url("cancel", mixed["pending"]), data).status_code == 403
+    assert snapshot() == before
 
 
 def test_button_on_a_finished_intent_changes_nothing(admin_client, mixed):
@@ -596,7 +697,7 @@ def test_view_only_staff_cannot_forge_an_action(viewer, mixed, action):
 @pytest.mark.parametrize("name", ["retry_now", "cancel"])
 def test_view_only_staff_cannot_forge_a_button(viewer, mixed, name):
     before = snapshot()
-    assert viewer.post(button_url(name, mixed["running"])).status_code == 403
+    assert viewer.post(button_url(name, mixed["running"]), {"post": "yes"}).status_code == 403
     assert snapshot() == before
 
 

@@ -5,6 +5,7 @@ from django.db import connection, transaction
 
 from django_intents.models import Intent
 from django_intents.store.base import Ending
+from django_intents.store.statements import spread
 
 from .conftest import T0, at, enqueue, row, snapshot
 
@@ -223,9 +224,7 @@ def test_finish_many_on_sqlite_is_one_statement_that_finds_each_row_by_its_key(
     backend = Intent.objects._backend()
     with django_assert_num_queries(1):
         assert len(backend.finish_many(endings, now=at(1))) == 3
-    statement = backend.sql_finish_many.replace(
-        "{rows}", ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?)"] * 3)
-    )
+    statement = spread(backend.sql.finish_many, rows=3)
     with connection.cursor() as cursor:
         cursor.execute("EXPLAIN QUERY PLAN " + statement.replace("%s", "?"), [None] * 25)
         plan = " ".join(str(row[-1]) for row in cursor.fetchall())

@@ -8,9 +8,13 @@ network); the system ``chromium`` is launched through ``executable_path``.
 Without Playwright or Chromium the test skips on a laptop, but fails when the
 ``CI`` environment variable is set, so CI can never pass by not running it.
 
-A screenshot of the list is always taken; with ``INTENTS_UPDATE_SCREENSHOT=1``
-it also replaces ``docs/img/admin.png`` (kept out of ordinary runs so that a
-test run does not rewrite a tracked file).
+At a laptop's width (1280 px, the navigation sidebar open) the list must fit
+without scrolling sideways, and **Cancel** must ask on a page of its own before
+anything changes.
+
+Screenshots are always taken; with ``INTENTS_UPDATE_SCREENSHOT=1`` they also
+replace ``docs/img/admin.png`` and the 1280 px ones in ``docs/img/`` (kept out
+of ordinary runs so that a test run does not rewrite a tracked file).
 """
 
 from __future__ import annotations
@@ -26,7 +30,9 @@ from django.utils import timezone
 
 from django_intents.models import Intent
 
-SCREENSHOT = Path(__file__).resolve().parent.parent / "docs" / "img" / "admin.png"
+IMAGES = Path(__file__).resolve().parent.parent / "docs" / "img"
+SCREENSHOT = IMAGES / "admin.png"
+LAPTOP = {"width": 1280, "height": 800}
 CHROMIUM_ARGS = [
     "--headless",
     "--no-sandbox",
@@ -59,10 +65,9 @@ def browser_tools() -> tuple[Any, str]:
     return sync_playwright, chromium
 
 
-def queue() -> dict[str, str]:
+def queue(target: str = "https://partner.example/hooks/orders") -> dict[str, str]:
     """A small, realistic queue: every state, several kinds, two failing webhooks."""
     now = timezone.now()
-    target = "https://partner.example/hooks/orders"
 
     def put(kind: str, event: str, minutes_ago: float, **fields: Any) -> str:
         at = now - timedelta(minutes=minutes_ago)
@@ -174,3 +179,90 @@ def test_operator_retries_failing_intents_in_a_real_browser(
     if os.environ.get("INTENTS_UPDATE_SCREENSHOT"):
         SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(shot, SCREENSHOT)
+
+
+def keep(shot: Path, name: str) -> None:
+    """Replace ``docs/img/<name>`` with ``shot`` when asked to (``INTENTS_UPDATE_SCREENSHOT``)."""
+    if os.environ.get("INTENTS_UPDATE_SCREENSHOT"):
+        shutil.copyfile(shot, IMAGES / name)
+
+
+def scrolls_sideways(page: Any) -> bool:
+    """Whether the page, or the list inside its own scrolling box, is wider than the window."""
+    return bool(
+        page.evaluate(
+            """() => [document.documentElement, ...document.querySelectorAll(".results")]
+                .some(box => box.scrollWidth > box.clientWidth)"""
+        )
+    )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_list_fits_a_laptop_and_cancel_asks_first_in_a_real_browser(
+    live_server: Any, django_user_model: Any, tmp_path: Path
+) -> None:
+    sync_playwright, chromium = browser_tools()
+    django_user_model.objects.create_superuser(USERNAME, "operator@example.com", PASSWORD)
+    long_target = "https://hooks.partner.example/v2/accounts/acct_7Hq2Lm9xZ/webhooks/orders"
+    ids = queue(long_target)
+    changelist = f"{live_server.url}/admin/django_intents/intent/"
+    change = f"{changelist}{ids['failing-1']}/change/"
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport=LAPTOP)
+            page.goto(f"{live_server.url}/admin/login/?next=/admin/django_intents/intent/")
+            page.fill("#id_username", USERNAME)
+            page.fill("#id_password", PASSWORD)
+            page.click("input[type=submit]")
+            page.wait_for_url(changelist)
+            assert page.locator("#nav-sidebar").is_visible()
+
+            assert not scrolls_sideways(page)
+            row = page.locator(f'tr:has(input[value="{ids["failing-1"]}"])')
+            target = row.locator(".intents-target")
+            assert target.get_attribute("title") == long_target
+            assert len(target.evaluate("cell => cell.getClientRects()")) == 1  # one line
+            for key in ("completed", "cancelled"):
+                finished = page.locator(f'tr:has(input[value="{ids[key]}"]) td.field-next_run')
+                assert finished.inner_text() == "-"
+            page.screenshot(path=str(tmp_path / "list.png"), full_page=True)
+
+            page.goto(change)
+            assert not scrolls_sideways(page)
+            page.screenshot(path=str(tmp_path / "detail.png"), full_page=True)
+
+            page.click("button.intents-button-cancel")
+            page.wait_for_load_state()
+            assert page.locator("h1").inner_text() == "Are you sure?"
+            assert page.locator(".intents-confirm-list .intents-target").count() == 1
+            page.screenshot(path=str(tmp_path / "cancel.png"), full_page=True)
+        finally:
+            browser.close()
+    # Asked, not yet confirmed: nothing changed.
+    assert Intent.objects.get(pk=ids["failing-1"]).state == "pending"
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport=LAPTOP)
+            page.goto(f"{live_server.url}/admin/login/?next={change[len(live_server.url) :]}")
+            page.fill("#id_username", USERNAME)
+            page.fill("#id_password", PASSWORD)
+            page.click("input[type=submit]")
+            page.wait_for_url(change)
+            page.click("button.intents-button-cancel")
+            page.wait_for_load_state()
+            page.click('input[type=submit][value="Yes, I’m sure"]')
+            page.wait_for_url(change)
+            assert page.locator(".messagelist .success").inner_text() == "Cancelled 1 intent."
+        finally:
+            browser.close()
+    assert Intent.objects.get(pk=ids["failing-1"]).state == "cancelled"
+    for shot, name in (
+        ("list.png", "admin-list-1280.png"),
+        ("detail.png", "admin-detail-1280.png"),
+        ("cancel.png", "admin-cancel-1280.png"),
+    ):
+        keep(tmp_path / shot, name)

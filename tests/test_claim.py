@@ -5,6 +5,7 @@ import pytest
 
 from django_intents.models import Intent
 from django_intents.store import ClaimFilters, backend_for
+from django_intents.store.statements import bind
 
 from .conftest import T0, at, branch_plan, enqueue, intents, row, snapshot
 
@@ -197,8 +198,6 @@ class TestQueryPlan:
                 cursor.execute("SET enable_seqscan = off")
             plans = []
             for statement, params in queries:
-                if vendor == "postgresql":  # the salt, the lease end and the update time
-                    params = [*params, "x" * 32, at(30), at(1)]
                 explain = "EXPLAIN QUERY PLAN " if vendor == "sqlite" else "EXPLAIN "
                 cursor.execute(explain + statement.replace(" FOR UPDATE SKIP LOCKED", ""), params)
                 plans.append(" ".join(str(part) for line in cursor.fetchall() for part in line))
@@ -254,15 +253,17 @@ def test_the_kind_filter_looks_unselective_to_the_planner_after_a_vacuum(vendor)
     Intent.objects.enqueue_many(items, now=T0)
     table = Intent._meta.db_table
     backend = backend_for(connection, Intent)
-    filters, params = backend.kind_filter(["job", "other"])
+    filters, params = bind(
+        backend.sql.fragment("of_kinds"), {"every_kind": False, "kinds": ["job", "other"]}
+    )
     [(claim, claim_params)] = backend.claim_queries(
         now=at(1), limit=8, filters=ClaimFilters(kinds=["job", "other"], since=T0)
     )
     with backend.cursor() as cursor:
         cursor.execute(f"VACUUM {table}")
-        cursor.execute(f"EXPLAIN SELECT id FROM {table} WHERE TRUE{filters}", params)
+        cursor.execute(f"EXPLAIN SELECT id FROM {table} WHERE {filters}", params)
         estimate = int(re.search(r"rows=(\d+)", cursor.fetchone()[0]).group(1))
-        cursor.execute("EXPLAIN " + claim, [*claim_params, "x" * 32, at(30), at(1)])
+        cursor.execute("EXPLAIN " + claim, claim_params)
         plan = "\n".join(line for (line,) in cursor.fetchall())
     assert estimate > 1800, f"the kind filter is estimated to keep {estimate} of 2000 rows"
     zero = branch_plan(plan, "zero")  # the other priorities' branches hold no rows here
@@ -271,7 +272,7 @@ def test_the_kind_filter_looks_unselective_to_the_planner_after_a_vacuum(vendor)
 
 
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.parametrize("statement", ["sql_complete_many", "sql_finish_many"])
+@pytest.mark.parametrize("statement", ["complete_many", "finish_many"])
 def test_a_batch_of_results_finds_its_rows_by_primary_key_not_through_the_lease_index(
     vendor, statement
 ):
@@ -290,17 +291,12 @@ def test_a_batch_of_results_finds_its_rows_by_primary_key_not_through_the_lease_
     batch = Intent.objects.claim_many(400, now=at(3), lease=30)
     ids, tokens = [i.pk for i in batch], [i.claim_token for i in batch]
     backend = backend_for(connection, Intent)
-    if statement == "sql_complete_many":
-        params = [at(4), ids, tokens]
-    else:
-        n = len(ids)
-        endings = [["pending"] * n, [at(9)] * n, ["e"] * n, [False] * n, [False] * n]
-        params = [at(4), ids, tokens, *endings, at(4)]
+    sql, params = bind(backend.sql[statement], batch_params(ids, tokens))
     with backend.cursor() as cursor:
         # A table this small is best scanned whole; on a large one, that is
         # the choice the planner no longer has.
         cursor.execute("SET enable_seqscan = off")
-        cursor.execute("EXPLAIN " + getattr(backend, statement), params)
+        cursor.execute("EXPLAIN " + sql, params)
         plan = "\n".join(line for (line,) in cursor.fetchall())
         cursor.execute("SET enable_seqscan = on")
     assert "intents_lease_idx" not in plan, plan
@@ -332,19 +328,20 @@ def test_after_an_analyze_of_pending_intents_each_statement_meets_a_claimed_row_
         cursor.execute(f"ANALYZE {Intent._meta.db_table}")
     batch = Intent.objects.claim_many(400, now=at(1), lease=30)
     ids, tokens = [i.pk for i in batch], [i.claim_token for i in batch]
-    n = len(ids)
-    endings = [["pending"] * n, [at(9)] * n, ["e"] * n, [False] * n, [False] * n]
-    tail = ["salt", at(31), at(2)]
+    tail = {"salt": "salt", "until": at(31)}
     filters = ClaimFilters(kinds=["job"], since=None, max_attempts=5)
-    zero, zero_params = backend.zero_claim_query(now=at(2), limit=250, filters=filters)
-    [(branched, branched_params)] = backend.claim_queries(now=at(2), limit=250, filters=filters)
+    one = {"id": ids[0], "token": tokens[0], "now": at(4), "until": at(40)}
     statements = {
-        "complete_many": (backend.sql_complete_many, [at(4), ids, tokens]),
-        "finish_many": (backend.sql_finish_many, [at(4), ids, tokens, *endings, at(4)]),
-        "renew": (backend.sql_renew, [at(40), at(4), ids[0], tokens[0]]),
-        "complete": (backend.sql_complete, [at(4), ids[0], tokens[0]]),
-        "claim of priority 0": (zero, [*zero_params, *tail]),
-        "claim of every priority": (branched, [*branched_params, *tail]),
+        "complete_many": bind(backend.sql.complete_many, batch_params(ids, tokens)),
+        "finish_many": bind(backend.sql.finish_many, batch_params(ids, tokens)),
+        "renew": bind(backend.sql.renew, one),
+        "complete": bind(backend.sql.complete, one),
+        "claim of priority 0": backend.zero_claim_query(
+            now=at(2), limit=250, filters=filters, tail=tail
+        ),
+        "claim of every priority": backend.claim_queries(
+            now=at(2), limit=250, filters=filters, tail=tail
+        )[0],
     }
     by_primary_key = {"renew", "complete"}
     for name, (statement, params) in statements.items():
@@ -355,6 +352,21 @@ def test_after_an_analyze_of_pending_intents_each_statement_meets_a_claimed_row_
         assert "Join Filter" not in plan, (name, plan)  # a row of one side against all of the other
         if name in by_primary_key:
             assert "Index Scan using django_intents_intent_pkey" in plan, (name, plan)
+
+
+def batch_params(ids: list[str], tokens: list[str]) -> dict[str, object]:
+    """The parameters of PostgreSQL's ``complete_many`` and ``finish_many`` (releases)."""
+    n = len(ids)
+    return {
+        "now": at(4),
+        "ids": ids,
+        "tokens": tokens,
+        "states": ["pending"] * n,
+        "next_ats": [at(9)] * n,
+        "errors": ["e"] * n,
+        "snoozed": [False] * n,
+        "unstarted": [False] * n,
+    }
 
 
 def test_every_claim_statement_fits_psycopgs_cache_of_converted_queries(vendor):
@@ -387,7 +399,7 @@ def test_every_claim_statement_fits_psycopgs_cache_of_converted_queries(vendor):
             for since in (T0, None)  # None: a full claim, which looks for the held-back head
         ],
         *[
-            backend.roomy_query(
+            backend.limited.roomy_query(
                 now=at(1),
                 limit=8,
                 filters=ClaimFilters(kinds=kinds, since=T0, max_attempts=5, limits=limits),

@@ -11,9 +11,9 @@ from django.test import Client, override_settings
 from prometheus_client import REGISTRY
 
 from django_intents import Attempt, Stop
-from django_intents.maintenance.schedules import enqueue_due
 from django_intents.models import Intent
 from django_intents.observability import metrics
+from django_intents.schedules import enqueue_due
 from example_project import settings as example_settings
 
 from .shoputil import shop_app  # noqa: F401 - an autouse fixture: installs the shop

@@ -66,6 +66,60 @@ def test_health_fails_when_a_pending_intent_waited_longer_than_the_default(capsy
     assert "2 pending" in err
 
 
+def running(kind: str, event: str, due_ago: float, claimed_ago: float) -> str:
+    """An intent due ``due_ago`` s ago, claimed ``claimed_ago`` s ago and renewed just now."""
+    id = Intent.objects.enqueue(kind, event, "t", next_at=ago(due_ago), now=ago(due_ago))
+    claim = Intent.objects.claim(now=ago(claimed_ago), lease=60, kinds=[kind])
+    assert claim is not None and claim.id == id
+    assert Intent.objects.renew(id, claim.claim_token, lease=60)  # the lease is alive
+    return id
+
+
+@pytest.mark.django_db(transaction=True)
+def test_health_fails_naming_the_attempts_running_longer_than_max_running(capsys):
+    hung = running("webhook", "hung", due_ago=1300, claimed_ago=1200)
+    slow = running("push", "slow", due_ago=700, claimed_ago=700)
+    running("job", "fresh", due_ago=30, claimed_ago=30)
+    code, out, err = health("--max-running", "600", capsys=capsys)
+    assert code == 1
+    assert out == ""
+    assert "running too long: 2 attempt(s) have run more than --max-running 600s" in err
+    assert "of kind(s) 'push' (1), 'webhook' (1)" in err
+    # Longest first, each with its kind and how long.
+    assert err.index(hung) < err.index(slow)
+    assert f"{hung} ('webhook', 130" in err
+    assert f"{slow} ('push', 70" in err
+    assert "fresh" not in err and "'job'" not in err
+
+
+@pytest.mark.django_db(transaction=True)
+def test_health_passes_when_every_attempt_is_within_max_running(capsys):
+    running("webhook", "slow", due_ago=200, claimed_ago=190)
+    code, out, err = health("--max-running", "600", capsys=capsys)
+    assert code == 0, err
+    first, second = out.splitlines()
+    assert first.startswith("ok: the longest attempt (kind 'webhook') has run 20")
+    assert first.endswith("(max running 600s)")
+    assert second.startswith("ok: nothing is due")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_health_without_max_running_ignores_long_attempts(capsys):
+    running("webhook", "hung", due_ago=5000, claimed_ago=5000)
+    code, out, err = health(capsys=capsys)
+    assert code == 0, err
+    assert out.strip() == "ok: nothing is due (0 pending, max age 300s)"
+    code, out, _ = health("--max-running", "0", capsys=capsys)
+    assert code == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_health_max_running_on_an_idle_queue(capsys):
+    code, out, _ = health("--max-running", "60", capsys=capsys)
+    assert code == 0
+    assert out.splitlines()[0] == "ok: nothing is running (max running 60s)"
+
+
 @pytest.mark.django_db(transaction=True)
 def test_health_passes_when_the_oldest_due_intent_is_within_max_age(capsys):
     Intent.objects.enqueue("webhook", "stuck", "t", next_at=ago(400), now=ago(400))

@@ -155,10 +155,12 @@ def postgresql_only(vendor: str) -> None:
 def rows_read_past(filters: ClaimFilters, now: float) -> int:
     """The rows the claim's scans of the table read and dropped, from its own plan."""
     b = backend()
-    [(statement, params)] = b.candidate_queries(now=at(now), limit=2, filters=filters, zero=True)
-    tail = ["salt", b.dt(at(now + 600)), b.dt(at(now)), 2]
+    tail = {"salt": "salt", "until": b.dt(at(now + 600))}
+    [(statement, params)] = b.candidate_queries(
+        now=at(now), limit=2, filters=filters, zero=True, tail=tail
+    )
     with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + statement, [*params, *tail])
+        cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + statement, params)
         plan = cursor.fetchone()[0]
         transaction.set_rollback(True)
     plan = json.loads(plan) if isinstance(plan, str) else plan

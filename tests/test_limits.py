@@ -26,6 +26,7 @@ from django_intents.models import Intent
 from django_intents.observability import metrics
 from django_intents.rules.limits import Limit, held_back
 from django_intents.store.claims import ClaimFilters
+from django_intents.store.statements import bind
 
 from .conftest import at, external_kinds, intents
 from .test_metrics import scrape, series
@@ -347,7 +348,6 @@ def test_the_limited_claim_scans_the_claim_index(vendor):
             cursor.execute("SET enable_seqscan = off")  # 30 rows: a scan would win on cost alone
         for statement, params in backend.candidate_queries(now=at(60), limit=10, filters=filters):
             # PostgreSQL's is the whole claim: what it takes after the scan is not planned on.
-            params = [*params, *[None] * (statement.count("%s") - len(params))]
             cursor.execute(EXPLAIN[vendor] + statement, params)
             plans.append(" ".join(str(value) for row in cursor.fetchall() for value in row))
         if vendor == "postgresql":
@@ -386,10 +386,11 @@ def test_postgresql_asks_whether_other_priorities_are_due_of_their_small_indexes
             cursor.execute(f"ANALYZE {copy}")
             cursor.execute(f"DELETE FROM {copy}")
             cursor.execute(rows, ["e", HOOK, "e", at(0), at(0), at(0), 0, 20000])
-            cursor.execute(
-                "EXPLAIN " + backend.sql_limit_lock.replace(backend.table, copy),
-                [at(60), [HOOK], at(60), [HOOK], [lock_key(HOOK)]],
+            statement, params = bind(
+                backend.sql.limit_lock.replace(backend.table.name, copy),
+                {"now": at(60), "limited": [HOOK], "keys": [lock_key(HOOK)]},
             )
+            cursor.execute("EXPLAIN " + statement, params)
             plan = " ".join(row[0] for row in cursor.fetchall())
         finally:
             cursor.execute(f"DROP TABLE {copy}")
@@ -452,8 +453,8 @@ def test_postgresql_a_limited_claim_that_fails_changes_nothing_and_frees_the_loc
     filters = ClaimFilters(kinds=[HOOK], limits={HOOK: Limit(per_target=1)})
     # The claim statement fails on the server after the locks were granted.
     with pytest.raises(DataError):
-        backend.locked(
-            "SELECT 1 / (count(*) - count(*)) FROM django_intents_intent", [], filters=filters
+        backend.limited.locked(
+            ("SELECT 1 / (count(*) - count(*)) FROM django_intents_intent", []), filters=filters
         )
     probe: list[bool] = []
 
@@ -551,9 +552,8 @@ def test_postgresql_limited_claims_plan_without_bitmap_scans_in_their_transactio
     filters = ClaimFilters(kinds=[HOOK], limits={HOOK: Limit(per_target=2)})
     backend = Intent.objects._backend()
     [(statement, params)] = backend.candidate_queries(now=at(61), limit=10, filters=filters)
-    params = [*params, *[None] * (statement.count("%s") - len(params))]
     with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(backend.sql_limit_lock_only, [[lock_key(HOOK)]])
+        cursor.execute(*bind(backend.sql.limit_lock_only, {"keys": [lock_key(HOOK)]}))
         cursor.execute("SHOW enable_bitmapscan")
         assert cursor.fetchone()[0] == "off"
         cursor.execute("EXPLAIN " + statement, params)

@@ -34,6 +34,7 @@ from django_intents.models import Intent
 from django_intents.observability import gauges, metrics
 from django_intents.rules.kinds import TASK_KIND
 from django_intents.signals import attempt_finished
+from django_intents.store.clock import server_now
 
 from . import settings as suite_settings
 from .conftest import T0, at, external_kinds, intents
@@ -46,6 +47,7 @@ DECLARED = {*suite_settings.EXTERNAL_KINDS, "test.ok", "test.fail", "test.stamp"
 LABELS = {
     "django_intents_pending": {"kind"},
     "django_intents_oldest_due_age_seconds": {"kind"},
+    "django_intents_oldest_running_seconds": {"kind"},
     "django_intents_paused": {"kind"},
     "django_intents_handler_duration_seconds": {"kind", "outcome"},
     "django_intents_transitions_total": {"kind", "to"},
@@ -55,6 +57,7 @@ LABELS = {
 TYPES = {
     "django_intents_pending": "gauge",
     "django_intents_oldest_due_age_seconds": "gauge",
+    "django_intents_oldest_running_seconds": "gauge",
     "django_intents_paused": "gauge",
     "django_intents_handler_duration_seconds": "histogram",
     "django_intents_transitions_total": "counter",
@@ -559,6 +562,93 @@ def test_oldest_due_age_measures_from_next_at_or_from_lease_expiry(client):
     assert age["delivery"] == age["replication"] == 0
 
 
+@external_kinds("mystery")
+@pytest.mark.django_db
+def test_oldest_running_measures_from_when_the_running_attempt_became_due(client):
+    now = server_now()
+
+    def ago(seconds: float):
+        return now - timedelta(seconds=seconds)
+
+    # webhook: due 700 s ago, claimed 600 s ago, its lease renewed since: 700 s.
+    Intent.objects.enqueue("webhook", "hung", "t", next_at=ago(700), now=ago(700))
+    hung = Intent.objects.claim(now=ago(600), lease=30, kinds=["webhook"])
+    assert hung is not None
+    assert Intent.objects.renew(hung.id, hung.claim_token, now=ago(5), lease=30)
+    Intent.objects.enqueue("webhook", "fresh", "t", next_at=ago(20), now=ago(20))
+    Intent.objects.claim(now=ago(20), lease=30, kinds=["webhook"])
+    # push: pending only, nothing runs. mystery: running, under its own label.
+    Intent.objects.enqueue("push", "waiting", "t", next_at=ago(900), now=ago(900))
+    Intent.objects.enqueue("mystery", "m", "t", next_at=ago(50), now=ago(50))
+    Intent.objects.claim(now=ago(40), lease=600, kinds=["mystery"])
+
+    samples = scrape(client)
+    running = {
+        dict(labels)["kind"]: value
+        for (name, labels), value in samples.items()
+        if name == "django_intents_oldest_running_seconds"
+    }
+    assert 700 <= running["webhook"] < 730
+    assert running["push"] == 0
+    assert 50 <= running["mystery"] < 80
+    assert running["other"] == 0
+    assert running["delivery"] == 0
+
+
+def big_queue(n: int) -> None:
+    Intent.objects.enqueue_many(
+        [{"kind": "webhook", "event_id": f"e{i}", "target": "t"} for i in range(n)]
+    )
+
+
+@pytest.mark.django_db
+def test_gauges_estimate_a_backlog_past_the_bound(client, monkeypatch):
+    monkeypatch.setattr(gauges, "EXACT_UP_TO", 3)
+    big_queue(5)
+    Intent.objects.enqueue("push", "p", "t")
+    claimed = Intent.objects.claim(kinds=["push"])
+    assert claimed is not None
+    first = scrape(client)  # exact: it finds more than the bound
+    assert first[series("django_intents_pending", kind="webhook")] == 5
+    assert label_sets(first, "django_intents_limited")
+    metrics.QUEUE._read_at = None  # the cache expires; the next read estimates
+
+    def exact(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the exact backlog was read past the bound")
+
+    if connection.vendor == "sqlite":  # no estimates: always exact
+        second = scrape(client)
+        assert second[series("django_intents_pending", kind="webhook")] == 5
+        return
+    # The planner's figure for five rows may be anything: at most, check it is its.
+    monkeypatch.setattr(gauges, "EXACT_UP_TO", -1)
+    monkeypatch.setattr(gauges, "read_backlog", exact)
+    with CaptureQueriesContext(connection) as queries:
+        second = scrape(client)
+    assert any("EXPLAIN" in query["sql"].upper() for query in queries)
+    assert series("django_intents_pending", kind="webhook") in second
+    assert not label_sets(second, "django_intents_limited")  # unknown past the bound
+    assert second[series("django_intents_oldest_running_seconds", kind="webhook")] == 0
+    assert second[series("django_intents_oldest_running_seconds", kind="push")] >= 0
+
+
+@pytest.mark.django_db
+def test_gauges_are_exact_again_once_the_backlog_is_back_under_the_bound(client, monkeypatch):
+    monkeypatch.setattr(gauges, "EXACT_UP_TO", 3)
+    big_queue(5)
+    scrape(client)
+    assert metrics.QUEUE._estimating is True
+    Intent.objects.filter(kind="webhook").update(state="completed")
+    # Estimates lag (the planner's statistics are refreshed now and then): a bound
+    # far above the five intents, so that any estimate is under it.
+    monkeypatch.setattr(gauges, "EXACT_UP_TO", 1000)
+    metrics.QUEUE._read_at = None
+    samples = scrape(client)
+    assert samples[series("django_intents_pending", kind="webhook")] == 0
+    assert label_sets(samples, "django_intents_limited")
+    assert metrics.QUEUE._estimating is False
+
+
 @pytest.mark.django_db
 def test_gauges_are_read_by_one_grouped_query_and_cached(client):
     Intent.objects.enqueue("webhook", "one", "t")
@@ -834,7 +924,7 @@ def test_importing_metrics_again_registers_nothing_twice():
         "from prometheus_client import REGISTRY, generate_latest\n"
         "import django_intents.observability.metrics as m\n"
         "kept = (m.TRANSITIONS, m.HANDLER_DURATION, m.RESCUED, m.RESCUE_DELAY, m.QUEUE)\n"
-        "m.QUEUE._cached_rows = lambda: []\n"
+        "m.QUEUE._cached_rows = lambda: ([], True)\n"
         "importlib.reload(m)\n"
         "importlib.reload(m)\n"
         "m.connect()\n"

@@ -162,8 +162,6 @@ class TestQueryPlan:
                 cursor.execute("ANALYZE django_intents_pausedkind")
             statement, params = queries[0]
             assert "pausedkind" in statement
-            if vendor == "postgresql":  # the salt, the lease end and the update time
-                params = [*params, "x" * 32, at(30), at(1)]
             explain = "EXPLAIN QUERY PLAN " if vendor == "sqlite" else "EXPLAIN "
             cursor.execute(explain + statement.replace(" FOR UPDATE SKIP LOCKED", ""), params)
             plan = " ".join(str(part) for line in cursor.fetchall() for part in line)
@@ -193,9 +191,10 @@ def test_the_pause_test_looks_unselective_to_the_planner_after_a_vacuum(vendor):
     [(claim, params)] = backend.claim_queries(now=at(1), limit=8, filters=ClaimFilters(since=T0))
     with backend.cursor() as cursor:
         cursor.execute(f"VACUUM {table}")
-        cursor.execute(f"EXPLAIN SELECT id FROM {table} WHERE TRUE{backend.not_paused}")
+        not_paused = backend.sql.fragment("not_paused")
+        cursor.execute(f"EXPLAIN SELECT id FROM {table} WHERE {not_paused}")
         estimate = int(re.search(r"rows=(\d+)", cursor.fetchall()[0][0]).group(1))
-        cursor.execute("EXPLAIN " + claim, [*params, "x" * 32, at(30), at(1)])
+        cursor.execute("EXPLAIN " + claim, params)
         plan = "\n".join(line for (line,) in cursor.fetchall())
     assert estimate > 1800, f"the pause test is estimated to keep {estimate} of 2000 rows"
     zero = branch_plan(plan, "zero")  # the other priorities' branches hold no rows here

@@ -21,8 +21,9 @@ from django.test import override_settings
 from django.utils import timezone
 
 from django_intents import intent_id
-from django_intents.maintenance.schedules import MAX_CATCH_UP, enqueue_due
+from django_intents.maintenance.schedules import MAX_CATCH_UP
 from django_intents.models import Intent
+from django_intents.schedules import enqueue_due
 from django_intents.worker import housekeeping
 from django_intents.worker.housekeeping import ScheduleTick
 

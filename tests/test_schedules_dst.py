@@ -14,9 +14,9 @@ from zoneinfo import ZoneInfo
 import pytest
 from django.test import override_settings
 
-from django_intents.maintenance.schedules import enqueue_due
 from django_intents.models import Intent
 from django_intents.rules.cron import Schedule
+from django_intents.schedules import enqueue_due
 
 from .conftest import intents
 

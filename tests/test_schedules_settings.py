@@ -19,9 +19,9 @@ from django.test import Client, override_settings
 from django.utils import timezone
 
 from django_intents.conf import get_settings, parse
-from django_intents.maintenance.schedules import enqueue_due
 from django_intents.models import Intent
 from django_intents.rules.cron import Schedule
+from django_intents.schedules import enqueue_due
 
 from .conftest import at, intents
 from .test_admin import CHANGELIST

@@ -79,6 +79,11 @@ def run(*args: str) -> FakePool:
         (["--drain", "--timeout", "-3"], "--timeout: must be a number of seconds > 0"),
         (["--until-empty", "--timeout", "soon"], "--timeout: 'soon' is not a number of seconds"),
         (["--until-empty", "--timeout", "inf"], "--timeout: must be a number of seconds > 0"),
+        (["--timeout-per-attempt", "0"], "--timeout-per-attempt: must be a number of seconds > 0"),
+        (["--timeout-per-attempt", "-1"], "--timeout-per-attempt: must be a number of seconds"),
+        (["--timeout-per-attempt", "inf"], "--timeout-per-attempt: must be a number of seconds"),
+        (["--timeout-per-attempt", "nan"], "--timeout-per-attempt: must be a number of seconds"),
+        (["--timeout-per-attempt", "1m"], "--timeout-per-attempt: '1m' is not a number of seconds"),
     ],
 )
 def test_bad_option_values_are_refused_before_anything_runs(fake_pool, args, message):
@@ -117,6 +122,7 @@ def test_options_reach_the_pool(fake_pool):
         "--workers", "3", "--concurrency", "250", "--kinds", "test.ok,test.stop", "--lease", "6",
         "--renew", "1.5", "--drain", "--grace", "0", "--db-error-timeout", "9",
         "--summary-interval", "30",
+        "--timeout-per-attempt", "2.5",
     )  # fmt: skip
     assert pool.ran
     assert pool.kwargs["handlers"] == {"test.ok": test_handlers.ok, "test.stop": test_handlers.stop}
@@ -129,6 +135,7 @@ def test_options_reach_the_pool(fake_pool):
         "drain": True,
         "until_empty": False,
         "timeout": None,
+        "timeout_per_attempt": 2.5,
         "db_error_timeout": 9.0,
         "report_interval": 30.0,
         "using": "default",

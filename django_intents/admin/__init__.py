@@ -39,6 +39,7 @@ from django_intents.admin.actions import (
     action,
     apply,
     change_kind,
+    confirmation,
     delete_selected,
 )
 from django_intents.admin.changelist import (
@@ -48,6 +49,7 @@ from django_intents.admin.changelist import (
     LastErrorFilter,
     search,
 )
+from django_intents.admin.dashboard import dashboard_url
 from django_intents.admin.humanize import pre_json, relative, timestamp
 from django_intents.admin.summary import SCHEDULE_COLUMNS, queue_summary
 from django_intents.maintenance.schedules import listing
@@ -66,21 +68,23 @@ if TYPE_CHECKING:
 SHORT_ID = 12
 ERROR_PREVIEW = 80
 ERROR_TITLE = 1000
-TARGET_PREVIEW = 60
+TARGET_PREVIEW = 48
 PAYLOAD_DISPLAY_LIMIT = 100_000
 
 
 @admin.register(Intent)
 class IntentAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    # What an operator scans first, left to right; at 1280 px the list fits without
+    # scrolling sideways (admin.css keeps each cell to one line, long values cut short).
+    # When an intent last changed is on its own page.
     list_display = (
         "short_id",
+        "state_badge",
         "kind",
         "target_summary",
-        "state_badge",
         "attempts",
         "priority",
         "next_run",
-        "updated_at",
         "error_summary",
     )
     list_filter = ("state", KindFilter, LastErrorFilter)
@@ -149,7 +153,7 @@ class IntentAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         )
 
     @admin.display(description=gettext_lazy("next run"), ordering="next_at")
-    def next_run(self, intent: Intent) -> SafeString | None:
+    def next_run(self, intent: Intent) -> SafeString:
         now = server_now(intent._state.db)
         if intent.state == State.PENDING:
             return timestamp(intent.next_at, relative(intent.next_at, now))
@@ -159,7 +163,8 @@ class IntentAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             else:
                 text = _("lease expired %(when)s") % {"when": relative(intent.claim_until, now)}
             return timestamp(intent.claim_until, text)
-        return None
+        # Finished: no next run. The dash, on the list and on the intent's page alike.
+        return self.get_empty_value_display()
 
     @admin.display(description=gettext_lazy("last error"))
     def error_summary(self, intent: Intent) -> SafeString | None:
@@ -203,6 +208,12 @@ class IntentAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def get_fieldsets(self, request: HttpRequest, obj: Intent | None = None) -> _FieldsetSpec:
         """The declared fieldsets, with a "Task" section after the first for task intents."""
         fieldsets = list(super().get_fieldsets(request, obj))
+        if obj is not None and obj.state in TERMINAL:
+            # A finished intent has no next run: its stale next_at would read as one.
+            fieldsets = [
+                (name, {**options, "fields": [f for f in options["fields"] if f != "next_at"]})
+                for name, options in fieldsets
+            ]
         if obj is not None and _is_task(obj):
             fieldsets.insert(1, (_("Task"), {"fields": ("task_details",)}))
         return fieldsets
@@ -308,7 +319,7 @@ class IntentAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         kinds = [
             self._post(f"kinds/{c.name}/", partial(self.kind_view, c), c.name) for c in KIND_CHANGES
         ]
-        return buttons + kinds + super().get_urls()
+        return buttons + kinds + [dashboard_url(self)] + super().get_urls()
 
     def _post(self, route: str, view: Callable[..., HttpResponse], name: str) -> URLPattern:
         """This admin's URL ``name`` at ``route``: a view for POSTs from the admin's users."""
@@ -319,7 +330,9 @@ class IntentAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def transition_view(
         self, transition: Transition, request: HttpRequest, object_id: str
     ) -> HttpResponse:
-        """A button's POST: the transition on one intent, then back to its page."""
+        """A button's POST: the transition on one intent, then back to its page; one that
+        asks first (``Transition.confirm``) answers with its confirmation page, whose
+        form posts here again with ``post=yes``."""
         intent = self.get_object(request, unquote(object_id))
         if not self.has_change_permission(request, intent):
             raise PermissionDenied
@@ -331,6 +344,10 @@ class IntentAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
                 messages.WARNING,
             )
             return HttpResponseRedirect(self._url("changelist"))
+        if transition.confirm and request.POST.get("post") != "yes":
+            return confirmation(
+                self, request, transition, self.get_queryset(request).filter(pk=intent.pk), []
+            )
         apply(self, request, {intent.pk: intent.kind}, transition)
         return HttpResponseRedirect(self._url("change", intent.pk))
 

@@ -5,7 +5,8 @@ returns whether it moved the intent (``Intent.objects.retry_now(id)``). One
 entry in ``TRANSITIONS`` gives the list action (with Django's permission check
 on "change"), the change-page button and its label, the button's URL
 (``<id>/<name>/`` with dashes, named ``django_intents_intent_<name>``), the
-message and the log entry.
+message and the log entry. A transition with no way back (``cancel``) asks
+first, on a page of its own (``confirmation``), from the list and the button alike.
 
 A kind is paused and resumed (SPEC §11) from the summary above the list: one
 entry in ``KIND_CHANGES`` gives the button, the URL (``kinds/<name>/``), the
@@ -22,15 +23,19 @@ from typing import TYPE_CHECKING, Any, cast
 
 from django.contrib import admin, messages
 from django.contrib.admin.actions import delete_selected as django_delete_selected
+from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.contrib.admin.models import CHANGE, LogEntry
 from django.db import models, router
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
 from django.utils import timezone
+from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, ngettext, ngettext_lazy
 
+from django_intents.admin.changelist import bounded_count
 from django_intents.models import Intent, PausedKind
+from django_intents.rules.batches import INSERT_BATCH
 from django_intents.rules.states import ACTIVE, TERMINAL, State
 
 if TYPE_CHECKING:
@@ -38,7 +43,7 @@ if TYPE_CHECKING:
 
     Action = Callable[[admin.ModelAdmin[Intent], HttpRequest, QuerySet[Intent]], Any]
 
-SKIPPED_LOOKUP_BATCH = 500
+CONFIRM_LISTED = 100  # intents named on a confirmation page; past that, "and N more"
 
 
 @dataclass(frozen=True)
@@ -49,6 +54,8 @@ class Transition:
     done: StrPromise  # ngettext_lazy(..., "count"): what changed
     log: str  # the LogEntry change message; untranslated, like Django's own
     to: str  # the state it moves an intent to
+    # Asks "are you sure?" on a page of its own first (``confirmation``): no way back.
+    confirm: StrPromise | None = None
 
     @property
     def path(self) -> str:
@@ -75,6 +82,10 @@ TRANSITIONS = (
         ngettext_lazy("Cancelled %(count)d intent.", "Cancelled %(count)d intents.", "count"),
         "Cancelled.",
         State.CANCELLED,
+        gettext_lazy(
+            "Cancel the selected intents? A cancelled intent is not run again: "
+            "no action here brings it back."
+        ),
     ),
 )
 
@@ -97,13 +108,62 @@ def action(transition: Transition) -> Action:
 
     def run(
         modeladmin: admin.ModelAdmin[Intent], request: HttpRequest, queryset: QuerySet[Intent]
-    ) -> None:
+    ) -> TemplateResponse | None:
+        if transition.confirm and request.POST.get("post") != "yes":
+            across = request.POST.get("select_across") == "1"
+            selected = request.POST.getlist(ACTION_CHECKBOX_NAME)
+            return confirmation(modeladmin, request, transition, queryset, selected, across)
         # Only what the transition and the log need: the selection may be every
         # intent a filter matches.
         apply(modeladmin, request, dict(queryset.order_by().values_list("pk", "kind")), transition)
+        return None
 
     run.__name__ = run.__qualname__ = transition.name
     return admin.action(description=transition.action, permissions=["change"])(run)
+
+
+def confirmation(
+    modeladmin: admin.ModelAdmin[Intent],
+    request: HttpRequest,
+    transition: Transition,
+    queryset: QuerySet[Intent],
+    selected: Sequence[str],
+    across: bool = False,
+) -> TemplateResponse:
+    """The page that asks before ``transition`` runs, as Django's ``delete_selected`` does:
+    the intents it names (the first ``CONFIRM_LISTED``), and a form that posts the same
+    selection back with ``post=yes``.
+
+    Nothing changes until that second POST. A selection of every intent the filters
+    match (``across``) is posted back as such, to the same URL, so that the filters
+    choose the intents again then; its count is ``changelist.bounded_count``'s.
+    """
+    count, exact = bounded_count(queryset)
+    listed = list(
+        queryset.order_by("-created_at", "-id").only("id", "kind", "target", "state")[
+            :CONFIRM_LISTED
+        ]
+    )
+    hidden = [(ACTION_CHECKBOX_NAME, pk) for pk in selected]
+    hidden += [("select_across", "1")] if across else []
+    opts = modeladmin.opts
+    context = {
+        **modeladmin.admin_site.each_context(request),
+        "title": _("Are you sure?"),
+        "subtitle": None,
+        "opts": opts,
+        "media": modeladmin.media,
+        "question": transition.confirm,
+        "button": transition.button,
+        "action": transition.name,
+        "intents": listed,
+        "count": count,
+        "exact": exact,
+        "more": max(count - len(listed), 0),
+        "hidden": hidden,
+    }
+    template = f"admin/{opts.app_label}/{opts.model_name}/confirm_transition.html"
+    return TemplateResponse(request, template, context)
 
 
 def apply(
@@ -132,10 +192,10 @@ def apply(
 
 
 def skipped_message(ids: Sequence[str]) -> str:
-    """Say why intents were not changed, from their state now (one query per 500)."""
+    """Say why intents were not changed, from their state now (one query per ``INSERT_BATCH``)."""
     states: Counter[str] = Counter()
-    for start in range(0, len(ids), SKIPPED_LOOKUP_BATCH):
-        chunk = ids[start : start + SKIPPED_LOOKUP_BATCH]
+    for start in range(0, len(ids), INSERT_BATCH):
+        chunk = ids[start : start + INSERT_BATCH]
         states.update(Intent.objects.filter(pk__in=chunk).values_list("state", flat=True))
     counts = {
         State.COMPLETED: states[State.COMPLETED],

@@ -112,7 +112,7 @@ def queue_summary(now: datetime | None = None) -> QueueSummary:
         backlog = estimate_backlog(now, kinds, using)
     if backlog is None:
         backlog = read_backlog(now, using=using)
-    counts = {
+    counts: dict[str, tuple[int, bool]] = {
         State.PENDING: (backlog.states[State.PENDING], backlog.exact),
         State.RUNNING: (backlog.states[State.RUNNING], True),
     }

@@ -7,23 +7,9 @@ are at most 400 bytes in utf8mb4, well within InnoDB's index key limit (767
 bytes even in the old COMPACT row format), so the key needs no prefix.
 """
 
-from typing import Any
-
-from django.apps.registry import Apps
 from django.db import migrations, models
-from django.db.backends.base.schema import BaseDatabaseSchemaEditor
 
-
-def binary_key(apps: Apps, schema_editor: BaseDatabaseSchemaEditor) -> None:
-    connection: Any = schema_editor.connection  # MySQL's, when it matters
-    if connection.vendor != "mysql":
-        return
-    collation = "utf8mb4_nopad_bin" if connection.mysql_is_mariadb else "utf8mb4_0900_bin"
-    table = schema_editor.quote_name(apps.get_model("django_intents", "PausedKind")._meta.db_table)
-    schema_editor.execute(
-        f"ALTER TABLE {table} MODIFY {schema_editor.quote_name('kind')} "
-        f"varchar(100) CHARACTER SET utf8mb4 COLLATE {collation} NOT NULL"
-    )
+from django_intents.migrations._mysql import binary_kind
 
 
 class Migration(migrations.Migration):
@@ -43,6 +29,6 @@ class Migration(migrations.Migration):
         # The table goes away with the model when reversed: nothing to undo. Not
         # in a transaction: MySQL refuses DDL inside one (as in 0004).
         migrations.RunPython(
-            binary_key, migrations.RunPython.noop, atomic=False, elidable=False
+            binary_kind("PausedKind"), migrations.RunPython.noop, atomic=False, elidable=False
         ),
     ]

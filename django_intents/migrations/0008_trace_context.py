@@ -15,8 +15,8 @@ class Migration(migrations.Migration):
     dependencies = [("django_intents", "0007_priority")]
     operations = [
         migrations.AddField(
-            model_name="intent",
-            name="trace_context",
-            field=models.CharField(blank=True, db_default="", default="", max_length=1024),
+            "intent",
+            "trace_context",
+            models.CharField(blank=True, db_default="", default="", max_length=1024),
         ),
     ]

@@ -3,6 +3,14 @@
 "Due" is ``states.due``: a pending intent past ``next_at`` (waiting since
 then) or a running one whose lease ran out (waiting since ``claim_until``).
 One grouped query, so its cost does not grow with the number of kinds.
+
+"Running since" is a running intent's ``next_at``: when the attempt it is in
+became due. The table keeps no time of the claim itself (a lease renewal
+moves ``updated_at`` and ``claim_until`` alike, and a claim leaves ``next_at``
+as it was), so this is the earliest the attempt can have started: the figure
+includes any wait for a worker before the claim, which the oldest due age
+bounds on its own. A handler that hangs makes it grow without end, however
+faithfully its pool renews the lease.
 """
 
 from __future__ import annotations
@@ -32,6 +40,8 @@ class KindBacklog:
     oldest_due: datetime | None  # when the longest-waiting due intent became claimable
     limited: int = 0  # due intents that INTENTS["LIMITS"] keeps from running now
     paused: bool = False  # no claim takes the kind (``Intent.objects.pause``)
+    # the running intent that has been running longest, since (the module's "running since")
+    oldest_running: datetime | None = None
 
     @property
     def active(self) -> int:
@@ -59,6 +69,10 @@ class Backlog:
         times = [kind.oldest_due for kind in self.kinds if kind.oldest_due is not None]
         return min(times) if times else None
 
+    @property
+    def active(self) -> int:
+        return self.states[states.State.PENDING] + self.states[states.State.RUNNING]
+
 
 def read_backlog(
     now: datetime | None = None, *, finished: bool = False, using: str | None = None
@@ -76,7 +90,10 @@ def read_backlog(
     if not finished:
         rows = rows.filter(state__in=states.ACTIVE)
     grouped = rows.values_list("kind", "state").annotate(
-        n=Count("pk"), due=Count("pk", filter=due), since=Min(states.due_since(), filter=due)
+        n=Count("pk"),
+        due=Count("pk", filter=due),
+        since=Min(states.due_since(), filter=due),
+        running_since=Min("next_at", filter=Q(state=states.State.RUNNING)),
     )
     # The paused kinds ride along in the same query, as rows of a state of their own.
     pauses = (
@@ -87,14 +104,16 @@ def read_backlog(
             n=Value(0),
             due=Value(0),
             since=Value(None, output_field=DateTimeField()),
+            running_since=Value(None, output_field=DateTimeField()),
         )
-        .values_list("kind", "state", "n", "due", "since")
+        .values_list("kind", "state", "n", "due", "since", "running_since")
     )
     by_state: Counter[str] = Counter()
     counts: dict[str, Counter[str]] = {}
     oldest: dict[str, datetime] = {}
+    running: dict[str, datetime] = {}
     paused: set[str] = set()
-    for kind, state, n, due_count, since in grouped.union(pauses, all=True):
+    for kind, state, n, due_count, since, running_since in grouped.union(pauses, all=True):
         if state == PAUSED:
             paused.add(kind)
             counts.setdefault(kind, Counter())
@@ -107,10 +126,12 @@ def read_backlog(
         tally["due"] += due_count
         if since is not None and (kind not in oldest or since < oldest[kind]):
             oldest[kind] = since
+        if running_since is not None:
+            running[kind] = running_since
     limits = {
         k: v
         for k, v in get_settings().limits.items()
-        if counts.get(k, {}).get("due") and k not in paused  # a pause holds all, not a limit
+        if counts.get(k, Counter())["due"] and k not in paused  # a pause holds all, not a limit
     }
     held = _held_back(rows, limits, now) if limits else {}
     kinds = [
@@ -122,6 +143,7 @@ def read_backlog(
             oldest.get(kind),
             held.get(kind, 0),
             kind in paused,
+            running.get(kind),
         )
         for kind, tally in sorted(counts.items())
     ]
@@ -131,7 +153,7 @@ def read_backlog(
 def _held_back(rows: QuerySet[Intent], limits: Limits, now: datetime) -> dict[str, int]:
     """How many due intents of each limited kind its limit holds back: a second grouped
     query, per target, run only for limited kinds that have due intents."""
-    live = Q(state=states.State.RUNNING, claim_until__gt=now)
+    live = states.live(now)
     per_target = (
         rows.filter(state__in=states.ACTIVE, kind__in=list(limits))
         .values_list("kind", "target")

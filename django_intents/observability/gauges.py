@@ -1,11 +1,21 @@
 """The queue gauges, read from the database when scraped.
 
 ``django_intents_pending``, ``django_intents_oldest_due_age_seconds``,
-``django_intents_limited`` and ``django_intents_paused`` describe the table,
-not the process: they come from the one read of ``backlog.read_backlog``,
-cached for ``INTENTS["GAUGE_CACHE"]`` seconds, so enqueue, claim and complete
-never pay for a ``COUNT``. Their ``kind`` label is bounded as every other
-metric's is (``metrics.py``): kinds outside ``handlers.metric_kinds()`` are ``other``.
+``django_intents_oldest_running_seconds``, ``django_intents_limited`` and
+``django_intents_paused`` describe the table, not the process: they come from
+one read of the backlog, cached for ``INTENTS["GAUGE_CACHE"]`` seconds, so
+enqueue, claim and complete never pay for a ``COUNT``. Their ``kind`` label is
+bounded as every other metric's is (``metrics.py``): kinds outside
+``handlers.metric_kinds()`` are ``other``.
+
+The read is exact (``backlog.read_backlog``, one grouped query) while at most
+``EXACT_UP_TO`` intents are pending or running. Once a read finds more, the
+next ones take the planner's estimates instead (``estimate.estimate_backlog``:
+a few queries that each cost what they return, not what the queue holds),
+until an estimate falls back under the bound. Past it, pending counts are
+estimates, the ages stay exact, and ``django_intents_limited`` is left out:
+what a limit holds back is not known without counting. SQLite keeps no
+estimates: there the read is always exact.
 """
 
 from __future__ import annotations
@@ -16,30 +26,52 @@ from collections.abc import Iterator
 from typing import Any, cast
 
 from django.core.signals import setting_changed
-from django.db import DatabaseError
+from django.db import DatabaseError, connections, router
 from prometheus_client import REGISTRY
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from django_intents.conf import get_settings
 from django_intents.handlers import metric_kinds
+from django_intents.models import Intent
 from django_intents.observability import log as logger
-from django_intents.observability.backlog import KindBacklog, read_backlog
+from django_intents.observability.backlog import Backlog, KindBacklog, read_backlog
+from django_intents.observability.estimate import estimate_backlog
+from django_intents.store import backend_for
+from django_intents.store.admin import kinds as present_kinds
 from django_intents.store.clock import server_now
 
 OTHER = "other"
 PENDING = "django_intents_pending"
 OLDEST_DUE_AGE = "django_intents_oldest_due_age_seconds"
+OLDEST_RUNNING = "django_intents_oldest_running_seconds"
 LIMITED = "django_intents_limited"
 PAUSED = "django_intents_paused"
+# Pending or running intents the gauges count exactly; past this, estimates.
+EXACT_UP_TO = 10_000
 GAUGES = (
-    (PENDING, "Intents in state pending (due or scheduled), per kind; read from the database."),
+    (
+        PENDING,
+        "Intents in state pending (due or scheduled), per kind; read from the database: "
+        f"exact up to {EXACT_UP_TO:,} pending or running intents, the database planner's "
+        "estimate past that (PostgreSQL, MariaDB/MySQL).",
+    ),
     (
         OLDEST_DUE_AGE,
         "Seconds the oldest due intent has waited to be claimed (since next_at, or since its "
         "lease expired), per kind; 0 when nothing is due.",
     ),
-    (LIMITED, "Due intents that INTENTS['LIMITS'] keeps from running now, per kind."),
+    (
+        OLDEST_RUNNING,
+        "Seconds the longest-running intent has been in its attempt, per kind, counted from "
+        "when that attempt became due (its next_at: any wait for a worker included); "
+        "0 when nothing runs.",
+    ),
+    (
+        LIMITED,
+        "Due intents that INTENTS['LIMITS'] keeps from running now, per kind; absent while "
+        "the pending count is an estimate.",
+    ),
     (PAUSED, "1 while the kind is paused (no claim takes it), else 0; other: any such kind."),
 )
 
@@ -55,6 +87,8 @@ class QueueCollector(Collector):
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._rows: list[KindBacklog] = []
+        self._exact = True  # False: the rows are estimates (``estimate_backlog``)
+        self._estimating = False  # the last read found more than EXACT_UP_TO
         self._read_at: float | None = None
         self._using: str | None = None
 
@@ -64,9 +98,9 @@ class QueueCollector(Collector):
             self._using, self._read_at = using, None
 
     def invalidate(self) -> None:
-        """Forget the cached rows, so the next scrape reads the database."""
+        """Forget the cached rows, so the next scrape reads the database, exactly."""
         with self._lock:
-            self._read_at = None
+            self._read_at, self._estimating = None, False
 
     def describe(self) -> Iterator[Metric]:
         # With describe(), registering does not call collect(): no query at import.
@@ -76,9 +110,9 @@ class QueueCollector(Collector):
         return [GaugeMetricFamily(name, text, labels=["kind"]) for name, text in GAUGES]
 
     def collect(self) -> Iterator[Metric]:
-        families = pending, oldest, limited, paused = self._families()
+        families = pending, oldest, running, limited, paused = self._families()
         try:
-            rows = self._cached_rows()
+            rows, exact = self._cached_rows()
         except DatabaseError:
             # One failing gauge must not take the counters down with it: the
             # scrape still answers, and the gauges are absent until the next one.
@@ -91,6 +125,7 @@ class QueueCollector(Collector):
         held = dict.fromkeys(labels, 0)
         stopped = dict.fromkeys(labels, 0)
         ages = dict.fromkeys(labels, 0.0)
+        runs = dict.fromkeys(labels, 0.0)
         now = server_now(self._using)
         for row in rows:
             label = row.kind if row.kind in kinds else OTHER
@@ -99,22 +134,42 @@ class QueueCollector(Collector):
             stopped[label] |= row.paused
             if row.oldest_due is not None:
                 ages[label] = max(ages[label], (now - row.oldest_due).total_seconds())
+            if row.oldest_running is not None:
+                since = (now - row.oldest_running).total_seconds()
+                runs[label] = max(runs[label], since)
         for label in counts:
             pending.add_metric([label], counts[label])
             oldest.add_metric([label], ages[label])
-            limited.add_metric([label], held[label])
+            running.add_metric([label], runs[label])
+            if exact:
+                limited.add_metric([label], held[label])
             paused.add_metric([label], stopped[label])
         yield from families
 
-    def _cached_rows(self) -> list[KindBacklog]:
+    def _cached_rows(self) -> tuple[list[KindBacklog], bool]:
+        """The backlog's rows per kind, and whether they are exact."""
         # Concurrent scrapes wait for the one that is reading instead of all querying.
         with self._lock:
             ttl = get_settings().gauge_cache
             fresh = self._read_at is not None and time.monotonic() - self._read_at < ttl
             if not fresh:
-                self._rows = read_backlog(using=self._using).kinds
+                backlog = self._read()
+                self._rows, self._exact = backlog.kinds, backlog.exact
                 self._read_at = time.monotonic()
-            return self._rows
+            return self._rows, self._exact
+
+    def _read(self) -> Backlog:
+        """Exact while the last read found at most ``EXACT_UP_TO`` active intents, else
+        estimated; exact again once an estimate is back under the bound."""
+        if self._estimating:
+            using = self._using or router.db_for_read(Intent)
+            kinds = present_kinds(backend_for(connections[using], Intent))
+            estimated = estimate_backlog(server_now(using), kinds, using)
+            if estimated is not None and estimated.active > EXACT_UP_TO:
+                return estimated
+        backlog = read_backlog(using=self._using)
+        self._estimating = backlog.active > EXACT_UP_TO
+        return backlog
 
 
 def registered(name: str) -> Collector | None:

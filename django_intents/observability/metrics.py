@@ -77,7 +77,8 @@ def _define(
 HANDLER_DURATION = _define(
     Histogram,
     "django_intents_handler_duration_seconds",
-    "Time a handler attempt took, per kind and outcome (success, error, stopped, snoozed, fenced).",
+    "Time a handler attempt took, per kind and outcome "
+    "(success, error, stopped, snoozed, fenced, timeout).",
     ("kind", "outcome"),
     buckets=DURATION_BUCKETS,
 )

@@ -7,6 +7,11 @@ crashed pool's slots free themselves when its leases run out. A due intent
 that does not fit stays ``pending``, in its place in the claim order, and
 takes no worker.
 
+An entry may also give its kind a ``timeout`` (SPEC §16): how long one
+attempt may run before the pool cancels it. It concerns the pool running
+the attempt, not the claim, so ``parse`` returns it apart, and a kind with
+only a timeout has no ``Limit``: its claims stay on the unlimited path.
+
 This module holds the rule in Python: ``parse`` checks the setting,
 ``Admission`` admits due intents in claim order against the live leases, and
 ``held_back`` counts what a limit keeps waiting (the admin's summary and the
@@ -19,6 +24,7 @@ in order with window functions, to the same rule.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -29,7 +35,8 @@ from django_intents.rules.identity import check_text
 if TYPE_CHECKING:
     from django_intents.rules.intent import IntentRow
 
-KEYS = ("running", "per_target")
+CAPS = ("running", "per_target")
+KEYS = (*CAPS, "timeout")
 
 
 @dataclass(frozen=True)
@@ -44,22 +51,25 @@ Limits = Mapping[str, Limit]
 Running = Mapping[tuple[str, str], int]  # live leases per (kind, target)
 
 
-def parse(value: Any) -> dict[str, Limit]:
-    """``INTENTS["LIMITS"]`` checked; raises ``ValueError`` naming what is wrong.
+def parse(value: Any) -> tuple[dict[str, Limit], dict[str, float]]:
+    """``INTENTS["LIMITS"]`` checked, as the claims' caps and the attempts' timeouts.
 
-    Refused: anything but a non-empty dict of kind -> non-empty dict, a key
-    other than ``running`` and ``per_target``, and a value that is not a
-    positive ``int`` (``True`` included, though Python calls it 1). An empty
-    dict is refused at both levels: it limits nothing, so it is a mistake
-    more often than a choice; leave the key out instead.
+    Raises ``ValueError`` naming what is wrong. Refused: anything but a
+    non-empty dict of kind -> non-empty dict, a key other than ``running``,
+    ``per_target`` and ``timeout``, a cap that is not a positive ``int``
+    (``True`` included, though Python calls it 1), and a timeout that is not
+    a positive, finite number of seconds (``int`` or ``float``, not ``bool``).
+    An empty dict is refused at both levels: it limits nothing, so it is a
+    mistake more often than a choice; leave the key out instead.
     """
     if not isinstance(value, Mapping):
         raise ValueError(
-            f"must be a dict of kind -> {{'running': N, 'per_target': K}}, not {value!r}"
+            f"must be a dict of kind -> {{'running': N, 'per_target': K, 'timeout': S}}, "
+            f"not {value!r}"
         )
     if not value:
         raise ValueError("is empty: it limits nothing; leave LIMITS out or name a kind")
-    limits = {}
+    limits, timeouts = {}, {}
     for kind, caps in value.items():
         try:
             check_text("kind", kind)
@@ -67,19 +77,32 @@ def parse(value: Any) -> dict[str, Limit]:
             raise ValueError(f"has a bad kind {kind!r}: {exc}") from None
         if not isinstance(caps, Mapping) or not caps:
             raise ValueError(
-                f"[{kind!r}] must be a non-empty dict with 'running' and/or 'per_target', "
-                f"not {caps!r}"
+                f"[{kind!r}] must be a non-empty dict with 'running', 'per_target' and/or "
+                f"'timeout', not {caps!r}"
             )
         unknown = sorted(str(key) for key in caps if key not in KEYS)
         if unknown:
             raise ValueError(
-                f"[{kind!r}] has unknown key(s) {', '.join(unknown)}; known: running, per_target"
+                f"[{kind!r}] has unknown key(s) {', '.join(unknown)}; known: {', '.join(KEYS)}"
             )
         for key, cap in caps.items():
-            if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
+            if key == "timeout":
+                timeouts[kind] = _seconds(kind, cap)
+            elif isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
                 raise ValueError(f"[{kind!r}][{key!r}] must be a positive integer, not {cap!r}")
-        limits[kind] = Limit(running=caps.get("running"), per_target=caps.get("per_target"))
-    return limits
+        if any(key in caps for key in CAPS):
+            limits[kind] = Limit(running=caps.get("running"), per_target=caps.get("per_target"))
+    return limits, timeouts
+
+
+def _seconds(kind: str, value: Any) -> float:
+    """A timeout: a positive, finite number of seconds; ``inf`` is no timeout, so left out."""
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    if not number or not value > 0 or math.isinf(value):  # NaN is not > 0
+        raise ValueError(
+            f"[{kind!r}]['timeout'] must be a positive number of seconds, not {value!r}"
+        )
+    return float(value)
 
 
 def applying(limits: Limits, kinds: Iterable[str] | None) -> dict[str, Limit]:

@@ -1,4 +1,5 @@
-"""The SQL of django-intents, one module per database, behind one interface (``base.Backend``).
+"""The SQL of django-intents behind one interface (``base.Backend``): a module per
+database, and its named statements in ``sql/<vendor>.sql`` (``statements.py``).
 
 ``backend_for`` picks the module by the connection's vendor, the only place
 outside the backends (and PostgreSQL's LISTEN) that asks which database it is.
@@ -19,6 +20,7 @@ from django.utils.module_loading import import_string
 
 from django_intents.store.base import NOTIFY_CHANNEL, Backend
 from django_intents.store.claims import ClaimFilters
+from django_intents.store.statements import standalone
 
 if TYPE_CHECKING:
     from django.db.models import Model
@@ -60,12 +62,13 @@ def read_clock(connection: BaseDatabaseWrapper) -> datetime | None:
 
     ``None`` for a database without a clock of its own (SQLite, in-process).
     """
-    sql = _backend_class(connection.vendor, connection.alias).sql_clock
-    if not sql:
+    _backend_class(connection.vendor, connection.alias)  # refuses a database not supported
+    sql = standalone(connection.vendor, "clock")
+    if sql is None:
         return None
     with connection.cursor() as cursor:
         cursor.execute(sql)
-        (value,) = cursor.fetchone()
+        value: datetime = cursor.fetchone()[0]
     return value.replace(tzinfo=UTC) if timezone.is_naive(value) else value.astimezone(UTC)
 
 

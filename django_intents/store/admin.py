@@ -4,12 +4,11 @@ and the administrative transitions on many intents at once.
 Each costs what it returns, not what the table holds: the kinds are read from
 the ``(kind, state, event_id)`` index one kind at a time, an estimate is the
 planner's (no row is read), and a transition on a selection is one statement
-per ``BATCH`` intents, however many are selected.
+per ``rules.batches.INSERT_BATCH`` intents, however many are selected.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -17,13 +16,9 @@ from typing import Any
 from django.db import connections, transaction
 from django.db.models import QuerySet
 
-from django_intents.store.base import ACTIVE, PENDING, RUNNING, Backend
-from django_intents.store.endings import CANCEL_SET, RETRY_NOW_SET
-
-BATCH = 1000
-
-# What each administrative transition sets, and how many times it takes ``now``.
-SETS = {"retry_now": (RETRY_NOW_SET, 2), "cancel": (CANCEL_SET, 1)}
+from django_intents.rules.batches import INSERT_BATCH
+from django_intents.store import backend_for
+from django_intents.store.base import Backend
 
 
 def kinds(backend: Backend) -> list[str]:
@@ -32,15 +27,7 @@ def kinds(backend: Backend) -> list[str]:
     A recursive query, which PostgreSQL, MariaDB/MySQL and SQLite all run the
     same way; ``SELECT DISTINCT kind`` would read every row's index entry.
     """
-    t = backend.table
-    sql = (
-        f"WITH RECURSIVE k (kind) AS (SELECT MIN(kind) FROM {t} UNION ALL "
-        f"SELECT (SELECT MIN(kind) FROM {t} WHERE kind > k.kind) FROM k WHERE k.kind IS NOT NULL) "
-        f"SELECT kind FROM k WHERE kind IS NOT NULL"
-    )
-    with backend.cursor() as cursor:
-        cursor.execute(sql)
-        return [kind for (kind,) in cursor.fetchall()]
+    return [kind for (kind,) in backend.table.run("kinds")]
 
 
 def estimate(queryset: QuerySet[Any]) -> int | None:
@@ -52,79 +39,29 @@ def estimate(queryset: QuerySet[Any]) -> int | None:
 
 def estimates(querysets: Sequence[QuerySet[Any]]) -> list[int] | None:
     """The planner's estimate for each of ``querysets`` (of one database), from one
-    ``EXPLAIN`` of them all joined by ``UNION ALL``; ``None`` on SQLite."""
-    connection = connections[querysets[0].db]
-    if connection.vendor not in ("postgresql", "mysql"):
-        return None
-    parts, params = [], []
+    ``EXPLAIN`` of them all joined by ``UNION ALL`` (``Backend.estimate_rows``);
+    ``None`` on SQLite."""
+    first = querysets[0]
+    parts: list[str] = []
+    params: list[Any] = []
     for queryset in querysets:
         # Only the primary key: the estimate is the same, the plan quicker to make.
         sql, part_params = queryset.order_by().values("pk").query.sql_with_params()
         parts.append(f"({sql})")
         params.extend(part_params)
-    union = " UNION ALL ".join(parts)
-    if connection.vendor == "postgresql":
-        return _postgresql_estimates(connection, union, params, len(querysets))
-    with connection.cursor() as cursor:
-        cursor.execute(f"EXPLAIN {union}", params)
-        names = [column[0] for column in cursor.description]
-        rows = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
-    # One row per SELECT, numbered from 1 (MariaDB adds a UNION RESULT row, numbered NULL).
-    by_select = {row["id"]: row for row in rows if row["id"] is not None}
-    return [
-        int(int(row["rows"] or 0) * float(row.get("filtered") or 100) / 100)
-        for _, row in sorted(by_select.items())
-    ]
-
-
-def _postgresql_estimates(connection: Any, union: str, params: list[Any], n: int) -> list[int]:
-    """The row estimate of each branch of ``union``: the children of its ``Append``.
-
-    One query's estimate is its plan's top row count, parallel or not. Of
-    several, a parallel plan would give some branches' rows per worker, so
-    that plan is made without workers (``SET LOCAL``, in a transaction of its
-    own, which a pooler in transaction mode keeps on one server connection).
-    """
-    explain = f"EXPLAIN (FORMAT JSON) {union}"
-    with connection.cursor() as cursor:
-        if n == 1:
-            cursor.execute(explain, params)
-            (plan,) = cursor.fetchone()
-        else:
-            with transaction.atomic(using=connection.alias):
-                cursor.execute("SET LOCAL max_parallel_workers_per_gather = 0")
-                cursor.execute(explain, params)
-                (plan,) = cursor.fetchone()
-                cursor.execute("SET LOCAL max_parallel_workers_per_gather TO DEFAULT")
-    node = (json.loads(plan) if isinstance(plan, str) else plan)[0]["Plan"]
-    if n == 1:
-        return [int(node["Plan Rows"])]
-    while node["Node Type"] != "Append":  # a Result or the like above it
-        (node,) = node["Plans"]
-    return [int(branch["Plan Rows"]) for branch in node["Plans"]]
+    backend = backend_for(connections[first.db], first.model)
+    return backend.estimate_rows(" UNION ALL ".join(parts), params, len(querysets))
 
 
 def oldest_due(backend: Backend, kinds: Sequence[str], *, now: datetime) -> dict[str, datetime]:
     """Per kind, when its longest-waiting due intent became claimable: one statement of
     two ``MIN`` subqueries per kind, each of which the planner may answer by walking
     the claim index (or the lease index) in order to the kind's first row."""
-    t = backend.table
-    pending = (
-        f"(SELECT MIN(next_at) FROM {t} WHERE kind = %s AND state = '{PENDING}' AND next_at <= %s)"
-    )
-    running = (
-        f"(SELECT MIN(claim_until) FROM {t} "
-        f"WHERE kind = %s AND state = '{RUNNING}' AND claim_until <= %s)"
-    )
     if not kinds:
         return {}
-    at = backend.dt(now)
-    with backend.cursor() as cursor:
-        cursor.execute(
-            "SELECT " + ", ".join(f"{pending}, {running}" for _ in kinds),
-            [value for kind in kinds for value in (kind, at, kind, at)],
-        )
-        found = cursor.fetchone()
+    [found] = backend.table.run(
+        "oldest_due", now=backend.dt(now), kinds=[(kind, kind) for kind in kinds]
+    )
     oldest = {}
     for kind, times in zip(kinds, zip(found[::2], found[1::2], strict=True), strict=True):
         known = [_aware(value) for value in times if value is not None]
@@ -149,30 +86,22 @@ def administer_many(
     those. The batches are one transaction: a selection moves whole or not at
     all. Intents made due wake idle pools, as ``retry_now`` does.
     """
-    sets, times = SETS[name]
     at = backend.dt(now)
+    table = backend.table
     moved: list[tuple[str, str]] = []
     with transaction.atomic(using=backend.alias), backend.cursor() as cursor:
-        for start in range(0, len(ids), BATCH):
-            batch = list(ids[start : start + BATCH])
-            where = f"WHERE id IN ({', '.join(['%s'] * len(batch))}) AND {ACTIVE}"
-            if backend.returning:
-                update = f"UPDATE {backend.table} SET {sets} {where} RETURNING id, kind, priority"
-                cursor.execute(update, [at] * times + batch)
-                rows = cursor.fetchall()
+        for start in range(0, len(ids), INSERT_BATCH):
+            batch = list(ids[start : start + INSERT_BATCH])
+            if table.returning:
+                rows = table.execute(cursor, f"administer_{name}", now=at, ids=batch).fetchall()
             else:
-                select = f"SELECT id, kind, priority FROM {backend.table}{backend.by_id} {where}"
-                cursor.execute(f"{select} FOR UPDATE", batch)
-                rows = cursor.fetchall()
+                rows = table.execute(cursor, "administer_select", ids=batch).fetchall()
                 if rows:
                     found = [row[0] for row in rows]
-                    marks = ", ".join(["%s"] * len(found))
-                    table = f"{backend.table}{backend.by_id}"
-                    update = f"UPDATE {table} SET {sets} WHERE id IN ({marks})"
-                    cursor.execute(update, [at] * times + found)
-            if rows and name == "retry_now" and backend.sql_notify_kinds:
+                    table.execute(cursor, f"administer_{name}", now=at, ids=found)
+            if rows and name == "retry_now" and "notify_kinds" in table.sql:
                 due = sorted({kind for _, kind, _ in rows})
                 other = sorted({kind for _, kind, priority in rows if priority})
-                cursor.execute(backend.sql_notify_kinds, [due, other])
+                table.execute(cursor, "notify_kinds", kinds=due, prioritized=other)
             moved += [(id, kind) for id, kind, _ in rows]
     return moved

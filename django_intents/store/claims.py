@@ -1,8 +1,4 @@
-"""What a claim is asked with and what it answers: shared by every backend and the manager.
-
-Kept apart from ``base.py`` so that the SQL of the base backend stays under
-the module length limit (``tests/test_shape.py``) as it grows.
-"""
+"""What a claim is asked with and what it answers: shared by every backend and the manager."""
 
 from __future__ import annotations
 
@@ -31,17 +27,16 @@ class ClaimFilters:
     full_targets: tuple[tuple[str, str], ...] = ()
 
 
-def exclusions(filters: ClaimFilters) -> tuple[str, list[Any]]:
-    """The SQL that leaves out what a limit has no room for: portable, no row values."""
-    where, params = "", []
-    if filters.full_kinds:
-        where = f" AND kind NOT IN ({', '.join(['%s'] * len(filters.full_kinds))})"
-        params += filters.full_kinds
-    if filters.full_targets:
-        pairs = " OR ".join(["(kind = %s AND target = %s)"] * len(filters.full_targets))
-        where += f" AND NOT ({pairs})"
-        params += [value for pair in filters.full_targets for value in pair]
-    return where, params
+@dataclass(frozen=True)
+class Ask:
+    """One claim as the manager asked it: up to ``limit`` due intents at ``now``,
+    leased until ``until``, after completing ``complete`` (``Riders``)."""
+
+    now: datetime
+    until: datetime
+    limit: int
+    filters: ClaimFilters
+    complete: list[tuple[str, str]] = field(default_factory=list)
 
 
 Claimed = tuple["IntentRow", datetime | None]  # the intent, and the lease it took over, if any
@@ -113,69 +108,3 @@ class Riders:
 def claim_order(intent: IntentRow) -> tuple[int, datetime, datetime, str]:
     """The order claims take intents in (``Intent.Meta.ordering``), for sorting in Python."""
     return (-intent.priority, intent.next_at, intent.created_at, intent.id)
-
-
-@dataclass(frozen=True)
-class Branch:
-    """One range of the claim index a claim walks: its priorities, their order, their index.
-
-    A claim walks ``BRANCHES`` in turn, each up to what the claim still needs,
-    so that intents of the default priority 0, nearly always all of them, are
-    found exactly as before priorities existed: on the claim index, from the
-    pool's floor (``floor.py``). The other priorities sit in a small index of
-    their own (``intents_high_priority_idx``, ``intents_low_priority_idx``),
-    which each claim probes in microseconds when it is empty. One index led
-    by priority would serve every row, but a floor on ``next_at`` could no
-    longer start its walk: every claim would step over all the finished
-    rows' entries that VACUUM has not yet removed.
-    """
-
-    name: str
-    where: str  # the partial index's own condition, so that the planner may use it
-    order: str
-    index: str  # the index that serves it (SQLite's INDEXED BY)
-    floored: bool  # whether the pool's claim floor applies
-
-
-PRIORITIZED_ORDER = "ORDER BY priority DESC, next_at, created_at, id"
-BRANCHES = (
-    Branch("high", "priority > 0", PRIORITIZED_ORDER, "intents_high_priority_idx", False),
-    Branch(
-        "zero", "priority = 0", "ORDER BY next_at, created_at, id", "intents_claimable_idx", True
-    ),
-    Branch("low", "priority < 0", PRIORITIZED_ORDER, "intents_low_priority_idx", False),
-)
-
-
-# Where the claim floor (``since``) goes in the branch of priority 0.
-FLOOR = "{floor}"
-
-
-def branch_union(branches: Sequence[Branch]) -> str:
-    """The rows of the CTEs ``branch_<name>`` of ``branches``, one after the other."""
-    return " UNION ALL ".join(f"SELECT * FROM branch_{b.name}" for b in branches)
-
-
-def branches(part: str) -> str:
-    """``part`` for each branch, joined by ``UNION ALL`` (see ``branch_parts``)."""
-    return " UNION ALL ".join(branch_parts(part))
-
-
-def branch_parts(part: str) -> list[str]:
-    """``part`` for each of ``BRANCHES``: ``{branch}``, ``{order}``, ``{index}`` and
-    ``{name}`` take the branch's condition, order, index and an alias; the branch
-    of priority 0 gets the floor after ``{filters}``. ``{room}`` is a limit less
-    what the branches before this one took (``branch_<name>`` of each, where the
-    statement names them so)."""
-    return [
-        part.replace("{branch}", b.where)
-        .replace("{filters}", "{filters}" + (FLOOR if b.floored else ""))
-        .replace("{order}", b.order)
-        .replace("{index}", b.index)
-        .replace("{name}", f"branch_{b.name}")
-        .replace(
-            "{room}",
-            " - ".join(["%s", *(f"(SELECT count(*) FROM branch_{a.name})" for a in BRANCHES[:i])]),
-        )
-        for i, b in enumerate(BRANCHES)
-    ]

@@ -21,58 +21,66 @@ Kinds without limits claimed in the same call are admitted as they come.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from django_intents.rules.batches import MAX_LIMIT
 from django_intents.rules.limits import Admission
-from django_intents.rules.states import State
 from django_intents.store.claims import Claimed, ClaimFilters, Claims, claim_order
 from django_intents.store.rows import hydrate, take
+from django_intents.store.table import Table
 
-if TYPE_CHECKING:
-    from django_intents.store.base import Backend
-
-RUNNING = State.RUNNING.value
 # A scan reads this many more due rows than it may claim, for the intents the
 # limits turn away on the way: enough that a claim rarely comes back short.
 EXTRA = 4
 MAX_EXTRA_ROWS = 1000
-MAX_LIMIT = 2**63 - 1
+
+Lock = Callable[[list[str]], contextlib.AbstractContextManager[bool]]
+Scan = Callable[[Any, datetime, int, ClaimFilters], list[Any]]
+
+
+def scan_size(limit: int) -> int:
+    """How many due rows a limited claim of ``limit`` reads."""
+    return min(limit * EXTRA, limit + MAX_EXTRA_ROWS, MAX_LIMIT)
 
 
 def claim(
-    backend: Backend, *, now: datetime, until: datetime, limit: int, filters: ClaimFilters
+    table: Table,
+    *,
+    lock: Lock,
+    scan: Scan,
+    now: datetime,
+    until: datetime,
+    limit: int,
+    filters: ClaimFilters,
 ) -> Claims[Claimed]:
-    """Claim up to ``limit`` due intents, none of them beyond a limit."""
+    """Claim up to ``limit`` due intents, none of them beyond a limit.
+
+    ``lock`` is the backend's ``limit_lock``; ``scan(cursor, now, limit,
+    filters)`` returns the due rows of its claim statement, locked where the
+    database can.
+    """
     kinds = sorted(filters.limits)
-    with backend.limit_lock(kinds) as held, backend.cursor() as cursor:
+    with lock(kinds) as held, table.cursor() as cursor:
         if not held:  # another claim of these kinds kept the lock too long; try next turn
             return Claims(held_back=True)
-        admission = Admission(filters.limits, live_leases(backend, cursor, now, kinds))
+        admission = Admission(filters.limits, live_leases(table, cursor, now, kinds))
         full_kinds, full_targets = admission.full()
         if filters.kinds is not None and set(filters.kinds) <= set(full_kinds):
             return Claims(held_back=True)  # nothing of these kinds may start: skip the scan
-        scan = replace(filters, full_kinds=tuple(full_kinds), full_targets=tuple(full_targets))
-        fetch = min(limit * EXTRA, limit + MAX_EXTRA_ROWS, MAX_LIMIT)
-        rows = backend.due_rows(
-            cursor, backend.candidate_queries(now=now, limit=fetch, filters=scan)
-        )
-        due = sorted(hydrate(backend, rows), key=claim_order)
-        taken = take(backend, cursor, admission.admit(due, limit), now=now, until=until)
+        room = replace(filters, full_kinds=tuple(full_kinds), full_targets=tuple(full_targets))
+        due = sorted(hydrate(table, scan(cursor, now, scan_size(limit), room)), key=claim_order)
+        taken = take(table, cursor, admission.admit(due, limit), now=now, until=until)
         held_back = bool(full_kinds or full_targets or admission.refused)
         return Claims(taken, held_back=held_back)
 
 
 def live_leases(
-    backend: Backend, cursor: Any, now: datetime, kinds: list[str]
+    table: Table, cursor: Any, now: datetime, kinds: list[str]
 ) -> dict[tuple[str, str], int]:
     """How many intents of each limited kind run for each target, leases expired left out."""
-    marks = ", ".join(["%s"] * len(kinds))
-    cursor.execute(
-        f"SELECT kind, target, COUNT(*) FROM {backend.table} "
-        f"WHERE state = '{RUNNING}' AND claim_until > %s AND kind IN ({marks}) "
-        f"GROUP BY kind, target",
-        [backend.dt(now), *kinds],
-    )
+    table.execute(cursor, "live_leases", now=table.dt(now), kinds=kinds)
     return {(kind, target): int(count) for kind, target, count in cursor.fetchall()}

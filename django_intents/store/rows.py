@@ -20,24 +20,25 @@ from django_intents.rules.states import State
 
 if TYPE_CHECKING:
     from django_intents.rules.intent import IntentRow
-    from django_intents.store.base import Backend
     from django_intents.store.claims import Claimed
+    from django_intents.store.table import Table
 
 RUNNING = State.RUNNING.value
 
 
-def to_values(backend: Backend, rows: Sequence[dict[str, Any]]) -> list[Any]:
+def to_values(table: Table, rows: Sequence[dict[str, Any]]) -> list[Any]:
     """The rows' values in column order, as the database takes them, in one flat list.
 
     The connection and its adapters are looked up once: on a batch of 500
     rows, once per value cost a sixth of ``enqueue_many``'s time.
     """
-    connection = backend.connection
+    connection = table.connection
     adapt = connection.ops.adapt_datetimefield_value
-    prepare = backend.model._meta.get_field("payload").get_db_prep_save
+    payload: Any = table.model._meta.get_field("payload")
+    prepare = payload.get_db_prep_save
     values = []
     for row in rows:
-        for column in backend.columns:
+        for column in table.columns:
             value = row[column]
             if column == "payload":
                 value = prepare(value, connection)
@@ -47,7 +48,7 @@ def to_values(backend: Backend, rows: Sequence[dict[str, Any]]) -> list[Any]:
     return values
 
 
-def hydrate(backend: Backend, rows: Sequence[Sequence[Any]]) -> list[IntentRow]:
+def hydrate(table: Table, rows: Sequence[Sequence[Any]]) -> list[IntentRow]:
     """Model instances from raw rows, with the same conversions the ORM applies.
 
     While nobody listens to ``pre_init`` or ``post_init`` for the model, an
@@ -55,32 +56,32 @@ def hydrate(backend: Backend, rows: Sequence[Sequence[Any]]) -> list[IntentRow]:
     are plain attributes, set in its ``__dict__``) without the call: on a
     pool's claim of hundreds, ``from_db`` was a third of the loop's time.
     """
-    conn, model, fields = backend.connection, backend.model, backend.fields
-    converters = []
+    conn, model, fields = table.connection, table.model, table.fields
+    converters: list[tuple[int, Any, Any]] = []
     for i, field in enumerate(fields):
         col = field.get_col(model._meta.db_table)
         funcs = conn.ops.get_db_converters(col) + field.get_db_converters(conn)
         converters.extend((i, func, field) for func in funcs)
     names = [field.attname for field in fields]
     observed = pre_init.has_listeners(model) or post_init.has_listeners(model)
-    intents = []
+    intents: list[Any] = []
     for row in rows:
         values = list(row)
         for i, func, field in converters:
             values[i] = func(values[i], field, conn)
         if observed:
-            intents.append(model.from_db(backend.alias, names, values))
+            intents.append(model.from_db(table.alias, names, values))
             continue
         intent = model.__new__(model)
         intent.__dict__.update(zip(names, values, strict=True))
         intent._state = state = ModelState()
-        state.adding, state.db = False, backend.alias
+        state.adding, state.db = False, table.alias
         intents.append(intent)
     return intents
 
 
 def take(
-    backend: Backend, cursor: Any, intents: list[IntentRow], *, now: datetime, until: datetime
+    table: Table, cursor: Any, intents: list[IntentRow], *, now: datetime, until: datetime
 ) -> list[Claimed]:
     """Claim these selected (and, where the database can, locked) intents by primary key.
 
@@ -93,11 +94,12 @@ def take(
     """
     if not intents:
         return []
-    salt = secrets.token_hex(8 if backend.returning else 16)
+    salt = secrets.token_hex(8 if table.returning else 16)
     ids = [intent.id for intent in intents]
-    statement = backend.sql_claim_update.replace("{ids}", ", ".join(["%s"] * len(ids)))
-    cursor.execute(statement, [salt, backend.dt(until), backend.dt(now), *ids])
-    if backend.returning:
+    table.execute(
+        cursor, "claim_update", salt=salt, until=table.dt(until), now=table.dt(now), ids=ids
+    )
+    if table.returning:
         tokens = dict(cursor.fetchall())
     else:
         tokens = {id: hashlib.md5((salt + id).encode()).hexdigest() for id in ids}  # noqa: S324

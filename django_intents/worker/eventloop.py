@@ -17,6 +17,10 @@ dropped, and its slot is free at once. A handler that must clean up does so
 in ``finally``. A stop is gentler: ``attempt.cancelled`` is set and
 ``await attempt.wait_cancelled()`` returns, the handler has the grace period
 to finish, and only what still runs after it is cancelled and released.
+
+An attempt that runs past its timeout (``LIMITS[kind]["timeout"]``,
+``--timeout-per-attempt``) has its task cancelled too, and its outcome is
+a timeout, a failure, whatever the handler does about the cancellation.
 """
 
 from __future__ import annotations
@@ -131,18 +135,26 @@ class EventLoop:
         claim.attempt.when_lost(cancel)
 
     async def _attempt(self, claim: Claim) -> None:
-        started = time.monotonic()
+        claim.started = started = time.monotonic()
         error: BaseException | None = None
+        # No deadline without a timeout; with one, the task is cancelled when it passes.
+        window = asyncio.timeout(claim.timeout)
         with processing(claim):
             try:
                 handler = cast(Callable[..., Coroutine[Any, Any, object]], claim.handler)
-                await handler(claim.intent, claim.attempt)
+                async with window:
+                    await handler(claim.intent, claim.attempt)
             except asyncio.CancelledError as exc:
                 # The claim was lost, or the pool released it past the grace period.
                 error = exc
             except BaseException as exc:  # a handler's failure is a result, never a dead loop
                 error = exc
-            claim.ended(started, error)
+            if window.expired():
+                # Cancelled at its timeout: a failure, whether the handler then
+                # raised TimeoutError, something else, or swallowed the cancellation.
+                claim.timed_out(started)
+            else:
+                claim.ended(started, error)
         error = None  # a traceback-frame cycle, as in execution.Executor.run
         self._hand_back(claim)
 

@@ -45,9 +45,10 @@ class Claim:
     """A claimed intent on its way through the pool. Times are ``time.monotonic()``.
 
     Only the loop writes ``lease_end`` (the lease table, as it renews); the
-    thread or coroutine reads it once, before it starts the handler, and then
-    writes ``outcome``, ``cause``, ``duration`` and, for a snooze, ``due``
-    before it hands the claim back.
+    thread or coroutine reads it once, before it starts the handler, writes
+    ``started`` as it does (the loop reads it to time the attempt out), and
+    then writes ``outcome``, ``cause``, ``duration`` and, for a snooze,
+    ``due`` before it hands the claim back.
     """
 
     intent: Intent
@@ -60,6 +61,8 @@ class Claim:
     duration: float = 0.0  # of the handler, for attempt_finished once the result is recorded
     due: datetime | None = None  # a snooze's due time, from when the handler ended
     traceback: str | None = None  # of a failure, its tail: the intent's last_traceback
+    timeout: float | None = None  # seconds the handler may run (LIMITS, --timeout-per-attempt)
+    started: float | None = None  # when the handler was called; None while it waits
 
     @property
     def name(self) -> str:
@@ -86,6 +89,16 @@ class Claim:
             self.due = cast(Retry, error).due(server_now(self.intent._state.db, read=False))
         if self.outcome is Outcome.ERROR and error is not None:
             self.traceback = traceback_text(error)
+
+    def timed_out(self, started: float) -> None:
+        """Write a timeout as the outcome, whatever the handler did past its time."""
+        self.duration = time.monotonic() - started
+        self.outcome, self.cause = Outcome.TIMEOUT, timeout_text(self.timeout or 0.0)
+
+
+def timeout_text(timeout: float) -> str:
+    """What ``last_error`` says of an attempt cancelled at its timeout."""
+    return f"timed out after {timeout} s"
 
 
 def outcome_of(error: BaseException | None) -> tuple[Outcome, str | None]:
@@ -184,7 +197,7 @@ class Executor:
             self._run(claim)
 
     def _run(self, claim: Claim) -> None:
-        started = time.monotonic()
+        claim.started = started = time.monotonic()
         error: BaseException | None = None
         try:
             result = claim.handler(claim.intent, claim.attempt)

@@ -64,7 +64,7 @@ class ClaimFloor:
     ) -> None:
         """Record a claim of up to ``limit`` made at ``now`` with ``since``.
 
-        The floor is of priority 0 (``store/claims.py``, ``Branch``): the
+        The floor is of priority 0 (the claim's branches, ``store/sql/common.sql``): the
         claim's first intent may be of another priority and due later than
         intents of priority 0 it never reached, when it filled up before it
         walked them. Then it says nothing about the floor.

@@ -28,6 +28,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django_intents.conf import get_settings
 from django_intents.maintenance import retention
 from django_intents.maintenance.schedules import enqueue_due, schedules
+from django_intents.observability import rollup
 from django_intents.worker import log
 from django_intents.worker.outage import cause_text
 from django_intents.worker.tally import COLUMNS, Tally
@@ -118,7 +119,7 @@ class Housekeeping:
         self._schedules = ScheduleTick(kinds, using)
         self._tally = tally
         self._reported: Counter[str] = Counter()  # the tally's totals at the last report
-        self._since = self._next_report = self._next_prune = 0.0
+        self._since = self._next_report = self._next_prune = self._next_rollup = 0.0
 
     def start(self) -> None:
         self._since = time.monotonic()
@@ -144,6 +145,13 @@ class Housekeeping:
             except Exception as exc:  # housekeeping must never stop the pool
                 log.warning("retention pruning failed: %s", cause_text(exc))
         self._schedules.run_due(now)
+        if now >= self._next_rollup:  # the dashboard's counts (observability/rollup.py)
+            self._next_rollup = now + rollup.FLUSH_INTERVAL
+            rollup.flush(using=self._using)
+
+    def stop(self) -> None:
+        """At the pool's exit: write the dashboard's last counts, without a depth sample."""
+        rollup.flush(using=self._using, sample=False)
 
     def _report(self, now: float, running: int) -> None:
         elapsed = max(now - self._since, 1e-9)

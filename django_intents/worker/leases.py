@@ -16,19 +16,35 @@ local queue holds hundreds of claims, most of them claimed together: the
 renewal times are kept in a heap (stale entries skipped as they surface), so
 a turn with nothing to renew costs the same for ten claims as for a thousand.
 
+The table also times the attempts out (SPEC §16). An attempt's time starts
+when its handler is called, not when it was claimed: a claim waiting for a
+thread or a slot has not begun. Past its timeout, ``attempt.cancelled`` is
+set (an async handler's task is cancelled by the event loop itself); from
+then on its result is a timeout, a failure retried with the usual backoff
+or cancelled at ``MAX_ATTEMPTS``, whatever the handler returns. A handler
+still running the pool's grace period later is given up on: its result is
+recorded as that timeout at once, and whatever it returns later is
+dropped. Until it does return, its thread (or event-loop slot) stays taken,
+so ``--workers`` and ``--concurrency`` keep bounding what runs: a handler
+that never returns costs its pool one worker, not more. The checks sit in
+a heap like the renewals, each claim's next check no later than its
+deadline, so an attempt is timed out within one turn of the loop.
+
 Only the loop thread calls this table.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import math
 import time
 from collections.abc import Callable, Iterable
 
 from django_intents.managers import IntentManager
+from django_intents.signals import Outcome
 from django_intents.worker import log
-from django_intents.worker.execution import Claim
+from django_intents.worker.execution import Claim, timeout_text
 
 
 class LeaseTable:
@@ -52,6 +68,12 @@ class LeaseTable:
         # Claims whose handler has not returned yet, threads' and awaited ones apart.
         self._busy = {False: 0, True: 0}
         self._returned: set[str] = set()  # handler returned; the result awaits recording
+        # Timeouts: heap of (check_at, token), some stale; the claims past their
+        # timeout (cancelled, their result a timeout); the claims given up on,
+        # by token, whose handler still runs and holds its thread or slot.
+        self._timeouts: list[tuple[float, str]] = []
+        self._overdue: set[str] = set()
+        self._stuck: dict[str, Claim] = {}
 
     def __len__(self) -> int:
         return len(self._held)
@@ -64,12 +86,26 @@ class LeaseTable:
         """
         return self._busy[awaited]
 
-    def returned(self, claim: Claim) -> None:
-        """Note that the claim's handler returned: its room is free for the next claim."""
+    def returned(self, claim: Claim) -> bool:
+        """Note that the claim's handler returned: its room is free for the next claim.
+
+        Returns False when its result is to be dropped: the handler was given
+        up on past its timeout, and its timeout already recorded. A handler
+        past its timeout but not given up on has its result made a timeout.
+        """
         token = claim.intent.claim_token
+        if self._stuck.get(token) is claim:
+            del self._stuck[token]
+            self._busy[claim.awaited] -= 1
+            log.info("%s: returned after it was given up on; its result dropped", claim.name)
+            return False
+        if token in self._overdue and claim.outcome is not Outcome.TIMEOUT:
+            log.info("%s: returned past its timeout; its result dropped", claim.name)
+            claim.outcome, claim.cause = Outcome.TIMEOUT, timeout_text(claim.timeout or 0.0)
         if token in self._held and token not in self._returned:
             self._returned.add(token)
             self._busy[claim.awaited] -= 1
+        return True
 
     def claims(self) -> list[Claim]:
         return list(self._held.values())
@@ -89,6 +125,9 @@ class LeaseTable:
         self._held[token] = claim
         self._schedule(token, sent + self._renew)
         self._busy[claim.awaited] += 1
+        if claim.timeout is not None:
+            # The handler starts after the claim is sent: the deadline is not earlier.
+            self._time(token, sent + claim.timeout)
 
     def holds(self, claim: Claim) -> bool:
         return claim.intent.claim_token in self._held
@@ -102,6 +141,7 @@ class LeaseTable:
             else:
                 self._busy[claim.awaited] -= 1
         self._renew_at.pop(token, None)
+        self._overdue.discard(token)
 
     def _schedule(self, token: str, at: float) -> None:
         self._renew_at[token] = at
@@ -119,6 +159,78 @@ class LeaseTable:
         while heap and self._renew_at.get(heap[0][1]) != heap[0][0]:
             heapq.heappop(heap)  # dropped, rescheduled or never to be renewed again
         return heap[0][0] if heap else math.inf
+
+    def _time(self, token: str, at: float) -> None:
+        heapq.heappush(self._timeouts, (at, token))
+        if len(self._timeouts) > 2 * len(self._held) + 64:
+            # Dropped claims leave their entry behind until it surfaces: kept
+            # to the live ones, the heap stays the size of what is held.
+            self._timeouts = [(t, k) for t, k in self._timeouts if k in self._held]
+            heapq.heapify(self._timeouts)
+
+    def next_timeout(self) -> float:
+        """When the next attempt may reach its timeout, or its grace after it."""
+        heap = self._timeouts
+        while heap and heap[0][1] not in self._held:
+            heapq.heappop(heap)
+        return heap[0][0] if heap else math.inf
+
+    def time_out(self, grace: float) -> list[Claim]:
+        """Cancel the attempts past their timeout; give up on those past it by ``grace`` too.
+
+        Returns the results of those given up on, as the loop records them:
+        copies of their claims with a timeout as the outcome, which the
+        handler, still running, cannot overwrite.
+        """
+        given_up = []
+        while self.next_timeout() <= (now := time.monotonic()):
+            _, token = heapq.heappop(self._timeouts)
+            claim = self._held[token]
+            timeout = claim.timeout or 0.0
+            if claim.outcome is not None:
+                continue  # returned (a copy given up on, too): the loop collects it
+            if claim.started is None:
+                self._time(token, now + timeout)  # not begun: its time is still whole
+                continue
+            end = claim.started + timeout
+            if now < end:
+                self._time(token, end)
+            elif token not in self._overdue:
+                self._overdue.add(token)
+                claim.attempt.mark_cancelled()
+                self._time(token, end + grace)
+                log.warning(
+                    "%s: timed out after %s s; attempt cancelled, its result counts as a "
+                    "failure; given up on in %s s if still running",
+                    claim.name,
+                    timeout,
+                    grace,
+                )
+            elif now < end + grace:
+                self._time(token, end + grace)
+            else:
+                given_up.append(self._give_up(token, claim, now, grace))
+        return given_up
+
+    def _give_up(self, token: str, claim: Claim, now: float, grace: float) -> Claim:
+        """Hold the timeout recorded in place of the claim; its handler keeps its room."""
+        result = dataclasses.replace(
+            claim,
+            outcome=Outcome.TIMEOUT,
+            cause=timeout_text(claim.timeout or 0.0),
+            duration=now - (claim.started or now),
+        )
+        self._held[token] = result
+        self._stuck[token] = claim
+        self._returned.add(token)  # recording the result frees no room: the handler has it
+        self._overdue.discard(token)
+        log.warning(
+            "%s: still running %s s after its timeout; recorded as a timeout, the handler "
+            "left to finish (it keeps its worker until it does) and its result dropped",
+            claim.name,
+            grace,
+        )
+        return result
 
     def renew_due(self) -> list[Claim]:
         """Renew every lease that is due; return the claims whose renewal was refused."""

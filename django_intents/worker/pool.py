@@ -13,7 +13,7 @@ claim that another worker takes when its lease expires.
 
 The loop is built from parts that each own their state and are called only
 from the loop thread: how much to claim (``demand.py``), the claims held
-(``leases.py``), the results to record (``recorder.py``), the stop
+and their timeouts (``leases.py``), the results to record (``recorder.py``), the stop
 (``shutdown.py``), the end of a drain (``drain.py``), the outage rule
 (``outage.py``) and the housekeeping, schedules included
 (``housekeeping.py``). The threads around it never share a field with it:
@@ -86,6 +86,7 @@ class WorkerPool:
         drain: bool = False,
         until_empty: bool = False,
         timeout: float | None = None,
+        timeout_per_attempt: float | None = None,
         poll_interval: float | None = None,
         db_error_timeout: float | None = None,
         report_interval: float = 60.0,
@@ -102,6 +103,9 @@ class WorkerPool:
             renew = settings.renew_interval if lease is None else self._lease / 3
         self._renew = renew
         self._grace = grace
+        # Seconds an attempt of each kind may run: its LIMITS entry, else the pool's default.
+        default = None if timeout_per_attempt is None else float(timeout_per_attempt)
+        self._timeouts = {kind: settings.timeouts.get(kind, default) for kind in self._handlers}
         self._poll = settings.poll_interval if poll_interval is None else poll_interval
         self._groups = claim_groups(
             self._handlers, self._workers, self._concurrency, self._lease, settings.limits
@@ -194,6 +198,7 @@ class WorkerPool:
             if self._eventloop is not None:
                 self._eventloop.stop(max(until - time.monotonic(), 0.1))
             self._recorder.stop()
+            self._housekeeping.stop()
             connections.close_all()
             self._alarm.close()
         self._housekeeping.stopped()
@@ -318,6 +323,7 @@ class WorkerPool:
                 attempt=Attempt(intent, using=self._using),
                 handler=resolve(self._handlers[intent.kind], intent),
                 awaited=group.awaited,
+                timeout=self._timeouts[intent.kind],
             )
             for intent in intents
         ]
@@ -351,14 +357,18 @@ class WorkerPool:
         return self._drain.found_nothing(since, floors, self._alarm.ring)
 
     def _collect(self) -> None:
-        """Take the claims whose handlers have returned; queue their results to record."""
+        """Take the claims whose handlers have returned, or were given up on past their
+        timeout; queue their results to record."""
+        for given_up in self._leases.time_out(self._grace):
+            self._finished.put(given_up)
         while True:
             try:
                 claim = self._finished.get_nowait()
             except queue.Empty:
                 return
+            if not self._leases.returned(claim):
+                continue  # returned after it was given up on: its timeout is its result
             self._groups[claim.awaited].demand.learn(claim.duration)
-            self._leases.returned(claim)
             outcome = self._recorder.add(claim)
             if outcome is not None:  # nothing to record: it was lost, or atomic() completed it
                 self._leases.drop(claim)
@@ -382,6 +392,7 @@ class WorkerPool:
             self._housekeeping.wake_at(),
             self._liveness.wake_at(),
             self._leases.next_renewal(),
+            self._leases.next_timeout(),
             self._drain.wake_at(),
             *(group.demand.wake_at(jobs.qsize()) for group, jobs in self._queued()),
         ]

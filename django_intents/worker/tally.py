@@ -27,13 +27,10 @@ COMPLETED, RETRIED, SNOOZED, CANCELLED, RELEASED, TIMED_OUT = COLUMNS = (
     "timed out",
 )
 
-# The outcome of an attempt past its per-attempt timeout, once the pool has one.
-TIMEOUT = "timeout"
-
 
 def column(outcome: Outcome, *, cancelled: bool = False) -> str:
     """The column an attempt with ``outcome`` counts in; ``cancelled``: its intent was."""
-    if outcome == TIMEOUT:
+    if outcome is Outcome.TIMEOUT:
         return TIMED_OUT
     if outcome is Outcome.SUCCESS:
         return COMPLETED

@@ -1,4 +1,5 @@
-"""``manage.py intents_health [--max-age S]``: fail when the queue is not being worked.
+"""``manage.py intents_health [--max-age S] [--max-running S]``: fail when the queue is not
+being worked.
 
 For container probes and cron alerts. It asks the one question that catches a
 dead pool, a pool too small for its load and a handler that blocks every
@@ -6,11 +7,19 @@ worker alike: how long has the oldest due intent been waiting? And one that no
 pool can answer by working harder: are intents due of a kind that no handler
 in this project runs (and that ``INTENTS["EXTERNAL_KINDS"]`` does not list)?
 The due intents of a paused kind wait on purpose: they are named, not stuck.
+
+With ``--max-running``, a third: has an attempt been running longer than that?
+A hung handler's pool renews its lease for ever, so the due age never sees it.
+An attempt is timed from its intent's ``next_at``, when it became due, by the
+database's clock (``observability.backlog``'s "running since": the table keeps
+no time of the claim), so a wait for a worker before the claim counts too.
 """
 
 from __future__ import annotations
 
 import argparse
+from collections import Counter
+from datetime import timedelta
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
@@ -18,9 +27,12 @@ from django.core.management.base import BaseCommand, CommandError
 from django_intents.handlers import unhandled
 from django_intents.management.options import add_database, age_seconds, chosen_database
 from django_intents.management.schema import require_table
+from django_intents.models import Intent
 from django_intents.observability.backlog import Backlog, read_backlog
 from django_intents.rules.states import State
 from django_intents.store.clock import server_now
+
+NAMED = 10  # intents a failing --max-running names; the rest are counted
 
 
 class Command(BaseCommand):
@@ -38,13 +50,30 @@ class Command(BaseCommand):
             metavar="SECONDS",
             help="longest acceptable wait of a due intent (default 300)",
         )
+        parser.add_argument(
+            "--max-running",
+            type=age_seconds,
+            default=None,
+            metavar="SECONDS",
+            help="longest acceptable attempt, timed from when its intent became due "
+            "(next_at), a wait for a worker included (default: no limit)",
+        )
         add_database(parser)
 
-    def handle(self, *args: Any, max_age: float, database: str | None, **options: Any) -> None:
+    def handle(
+        self,
+        *args: Any,
+        max_age: float,
+        max_running: float | None,
+        database: str | None,
+        **options: Any,
+    ) -> None:
         using = chosen_database(database)
         require_table(using)
         now = server_now(using)
         backlog = read_backlog(now, using=using)
+        if max_running is not None:
+            self.check_running(backlog, max_running, using)
         paused = [k for k in backlog.kinds if k.paused]
         if paused:
             named = ", ".join(f"{k.kind!r} ({k.due} due)" for k in paused)
@@ -83,3 +112,42 @@ class Command(BaseCommand):
                 "INTENTS['EXTERNAL_KINDS'] if another service runs it, or cancel the intents.",
                 returncode=1,
             )
+
+    def check_running(self, backlog: Backlog, max_running: float, using: str) -> None:
+        """Fail naming the intents (the first ``NAMED``) and kinds whose attempt has run
+        longer than ``max_running`` seconds; else say how long the longest has."""
+        runs = {
+            k.kind: (backlog.now - k.oldest_running).total_seconds()
+            for k in backlog.kinds
+            if k.oldest_running is not None
+        }
+        if not runs:
+            self.stdout.write(f"ok: nothing is running (max running {max_running:g}s)")
+            return
+        kind = max(runs, key=runs.__getitem__)
+        if runs[kind] <= max_running:
+            self.stdout.write(
+                f"ok: the longest attempt (kind {kind!r}) has run {runs[kind]:.0f}s "
+                f"(max running {max_running:g}s)"
+            )
+            return
+        # Running intents hold a worker's slot each: few, whatever the table holds.
+        late = (
+            Intent.objects.using(using)
+            .filter(state=State.RUNNING, next_at__lt=backlog.now - timedelta(seconds=max_running))
+            .order_by("next_at", "id")
+        )
+        per_kind = Counter(late.values_list("kind", flat=True))
+        kinds = ", ".join(f"{k!r} ({n})" for k, n in sorted(per_kind.items()))
+        named = ", ".join(
+            f"{id} ({k!r}, {(backlog.now - since).total_seconds():.0f}s)"
+            for id, k, since in late.values_list("id", "kind", "next_at")[:NAMED]
+        )
+        more = per_kind.total() - min(per_kind.total(), NAMED)
+        raise CommandError(
+            f"running too long: {per_kind.total()} attempt(s) have run more than --max-running "
+            f"{max_running:g}s since their intent became due, of kind(s) {kinds}: {named}"
+            + (f" and {more} more" if more else "")
+            + ". Is a handler hung? Retry now or Cancel them in the admin once you know why.",
+            returncode=1,
+        )

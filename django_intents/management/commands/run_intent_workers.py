@@ -103,11 +103,20 @@ class Command(BaseCommand):
             "SIGTERM (--grace applies) and exit 1, naming how many intents are left",
         )
         parser.add_argument(
+            "--timeout-per-attempt",
+            type=positive_seconds,
+            metavar="SECONDS",
+            help="cancel an attempt running longer than this, and retry it as a failure, "
+            "for kinds without LIMITS[kind]['timeout'] (default: no timeout)",
+        )
+        parser.add_argument(
             "--grace",
             type=grace_seconds,
             default=10.0,
             metavar="SECONDS",
-            help="on SIGTERM/SIGINT, how long running handlers may finish (default 10)",
+            help="on SIGTERM/SIGINT, how long running handlers may finish; past a timeout, "
+            "how long a sync handler may take to return before its intent is retried "
+            "without it (default 10)",
         )
         parser.add_argument(
             "--db-error-timeout",
@@ -185,6 +194,7 @@ class Command(BaseCommand):
             drain=options["drain"],
             until_empty=options["until_empty"],
             timeout=options["timeout"],
+            timeout_per_attempt=options["timeout_per_attempt"],
             db_error_timeout=options["db_error_timeout"],
             report_interval=options["summary_interval"],
             using=using,

@@ -45,55 +45,10 @@ if TYPE_CHECKING:
     from django_intents.store.claims import ClaimFilters
 
 MAX_LEVELS = 8  # targets a stack names at most: each costs a test per probed row
-# The claim's columns after its rows: the stack levels still valid, the
-# probed head's key and target, whether that target is full, and the
-# oldest ``next_at`` among the live leases (``live.since``).
+# The claim's columns after its rows (``head_info`` in sql/postgresql.sql): the
+# stack levels still valid, the probed head's key and target, whether that
+# target is full, and the oldest ``next_at`` among the live leases.
 INFO_COLUMNS = 8
-
-# After the claim's ``full_targets`` and ``full_kinds``; ``{due}`` is the due
-# test of priority 0 with the claim's filters. ``lv``: the levels, each valid
-# while it and every level below name full targets; ``kp``: the valid ones;
-# ``st``: where the walk may start, the last valid level or the floor;
-# ``hd``: the head, the first due intent from there that no valid level names.
-# The walk of priority 0 starts at the head. (Short names: the statement must
-# stay under psycopg's 4,096 bytes, see ``LimitedClaims.build_limited``.)
-CTES = (
-    "lv AS MATERIALIZED (SELECT l.*, bool_and(l.shut) OVER (ORDER BY l.n) AS valid FROM "
-    "(SELECT l.*, ((l.kind, l.target) IN (SELECT kind, target FROM full_targets) "
-    "OR l.kind IN (SELECT kind FROM full_kinds)) AS shut FROM unnest(%s::timestamptz[], "
-    "%s::timestamptz[], %s::text[], %s::text[], %s::text[]) WITH ORDINALITY "
-    "AS l(at, created, id, kind, target, n)) AS l), "
-    "kp AS MATERIALIZED (SELECT * FROM lv WHERE valid), "
-    "st AS MATERIALIZED (SELECT * FROM (SELECT at, created, id FROM kp UNION ALL "
-    "SELECT COALESCE(%s::timestamptz, '-infinity'), '-infinity', '') AS s "
-    "ORDER BY at DESC, created DESC, id DESC LIMIT 1), "
-    "hd AS MATERIALIZED (SELECT t.next_at, t.created_at, t.id, t.kind, t.target "
-    "FROM {table} AS t WHERE {due} AND (t.next_at, t.created_at, t.id) >= ((SELECT at FROM "
-    "st), (SELECT created FROM st), (SELECT id FROM st)) AND (t.kind, t.target) "
-    "NOT IN (SELECT kind, target FROM kp) ORDER BY next_at, created_at, id LIMIT 1), "
-)
-# The walk of priority 0, where the floor went.
-FROM_HEAD = (
-    " AND (t.next_at, t.created_at, t.id) >= ((SELECT next_at FROM hd), "
-    "(SELECT created_at FROM hd), (SELECT id FROM hd))"
-)
-# The columns of INFO_COLUMNS, from a one-row join that has them even when
-# the claim took nothing.
-INFO = (
-    "(SELECT count(*) FROM kp), hd.next_at, hd.created_at, hd.id, hd.kind, "
-    "hd.target, (hd.kind, hd.target) IN (SELECT kind, target FROM full_targets) "
-    "OR hd.kind IN (SELECT kind FROM full_kinds), (SELECT min(since) FROM live)"
-)
-INFO_FROM = "(SELECT 1) AS one LEFT JOIN hd ON true"
-
-
-def told(statement: str) -> str:
-    """A claim ending in its ``UPDATE``, made to answer ``INFO`` after its rows."""
-    ctes, claim_update = statement.rsplit(" UPDATE ", 1)
-    return (
-        f"{ctes}, claimed AS (UPDATE {claim_update}) SELECT claimed.*, {INFO} "
-        f"FROM {INFO_FROM} LEFT JOIN claimed ON true"
-    )
 
 
 @dataclass(frozen=True)
@@ -116,16 +71,16 @@ def key_of(filters: ClaimFilters) -> tuple[Any, ...]:
     return (tuple(sorted(filters.limits)), kinds, filters.max_attempts)
 
 
-def parameters(levels: list[Level], floor: datetime | None, dt: Any) -> list[Any]:
-    """The parameters of ``CTES`` before the head's due test."""
-    return [
-        [dt(level.key[0]) for level in levels],
-        [dt(level.key[1]) for level in levels],
-        [level.key[2] for level in levels],
-        [level.kind for level in levels],
-        [level.target for level in levels],
-        None if floor is None else dt(floor),
-    ]
+def parameters(levels: list[Level], floor: datetime | None, dt: Any) -> dict[str, Any]:
+    """The parameters of ``held_head`` (sql/postgresql.sql): the stack, and the floor."""
+    return {
+        "l_at": [dt(level.key[0]) for level in levels],
+        "l_created": [dt(level.key[1]) for level in levels],
+        "l_id": [level.key[2] for level in levels],
+        "l_kind": [level.kind for level in levels],
+        "l_target": [level.target for level in levels],
+        "head_floor": None if floor is None else dt(floor),
+    }
 
 
 def advanced(levels: list[Level], info: tuple[Any, ...]) -> list[Level]:

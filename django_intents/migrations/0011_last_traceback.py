@@ -9,7 +9,7 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-    dependencies = [("django_intents", "0009_admin_indexes")]
+    dependencies = [("django_intents", "0010_rollup")]
 
     operations = [
         migrations.AddField(

@@ -1,0 +1,205 @@
+-- What every database writes the same way; a vendor's file replaces a block by
+-- giving one of the same name (statements.py). Values the backend gives at load:
+-- {table}, {paused} (the quoted table names), {columns}, {claim_order} and
+-- {order_within_priority} (rules.states.CLAIM_ORDER), {column_groups}.
+--
+-- State names are literals on purpose: the planner must see
+-- "(state = 'pending' OR state = 'running')" to use the partial indexes whose
+-- condition says exactly that (models.Intent.Meta).
+--
+-- A claim walks three branches in turn, priorities above 0, 0, below 0
+-- (branch_high, branch_zero, branch_low), each up to what the claim still
+-- needs, so that intents of the default priority 0, nearly always all of
+-- them, are found exactly as before priorities existed: on the claim index
+-- (intents_claimable_idx), from the pool's floor (floor.py). The other
+-- priorities sit in a small index of their own (intents_high_priority_idx,
+-- intents_low_priority_idx), which each claim probes in microseconds when it
+-- is empty. One index led by priority would serve every row, but a floor on
+-- next_at could no longer start its walk: every claim would step over all the
+-- finished rows' entries that VACUUM has not yet removed.
+
+-- Each rule, once ------------------------------------------------------------
+
+-- fragment: active
+(state = 'pending' OR state = 'running')
+
+-- fragment: live_lease
+-- A lease still held at %(now)s: an expired one is no longer live.
+state = 'running' AND claim_until > %(now)s
+
+-- fragment: expired_lease
+-- The same test's other side: a lease that ran out by %(now)s.
+state = 'running' AND claim_until <= %(now)s
+
+-- fragment: pending_due
+state = 'pending' AND next_at <= %(now)s
+
+-- fragment: due
+-- rules.states.due: a due pending intent, or a running one whose lease ran out.
+-- The lease test is a negation so that PostgreSQL estimates it as barely
+-- selective and walks the claim index in order instead of sorting every due row.
+{active} AND next_at <= %(now)s AND NOT ({live_lease})
+
+-- fragment: fence
+-- One claimed row by its key. The state is spelled "(state = 'running') IS
+-- TRUE" so that no planner can match it to the lease index's predicate: from
+-- statistics that say almost nothing runs (an ANALYZE of a table of pending
+-- intents), PostgreSQL walked every live lease in that index for each renewal.
+id = %(id)s AND (state = 'running') IS TRUE AND claim_token = %(token)s
+
+-- fragment: clear_claim
+-- Every transition out of running clears the claim.
+claim_token = '', claim_until = NULL
+
+-- fragment: done
+{clear_claim}, updated_at = %(now)s
+
+-- fragment: retry_now_set
+state = 'pending', next_at = %(now)s, {done}
+
+-- fragment: cancel_set
+state = 'cancelled', {done}
+
+-- fragment: returning_kind
+-- Every one-row transition says which kind it moved (MySQL reads it back).
+RETURNING kind
+
+-- fragment: by_id
+-- An index hint after the table name for statements by id (MySQL's).
+
+-- fragment: of_kinds
+-- The optional kinds of a claim: %(every_kind)s true, or kind among [kinds].
+(%(every_kind)s OR kind IN ([kinds]))
+
+-- fragment: within_attempts
+-- Leaves out expired leases that used the last attempt, when a cap is given;
+-- snoozes do not count (attempts - snoozes, written as a sum: the columns are
+-- unsigned on MySQL, where a subtraction may not go below 0).
+(%(max_attempts)s IS NULL OR state = 'pending' OR attempts < snoozes + %(max_attempts)s)
+
+-- fragment: not_paused
+kind NOT IN (SELECT kind FROM {paused})
+
+-- fragment: has_room
+-- What a limited claim's scan leaves out (limited.py): kinds and
+-- (kind, target) pairs with no room left.
+(kind IN ([full_kinds])) IS NOT TRUE
+AND ((kind, target) IN ([full_targets:(%s, %s)])) IS NOT TRUE
+
+-- fragment: claim_filters
+-- The conditions of a claim and a due probe besides "due" and the branch.
+{not_paused} AND {of_kinds} AND {within_attempts} AND {has_room}
+
+-- fragment: floor
+-- The claim floor (floor.py), on the branch of priority 0; %(floor)s is the
+-- earliest time there is when the claim has none.
+next_at >= %(floor)s
+
+-- Fenced transitions: each moves one claimed row while its token holds ----
+
+-- name: renew
+UPDATE {table} SET claim_until = %(until)s, updated_at = %(now)s WHERE {fence}
+
+-- name: complete
+UPDATE {table} SET state = 'completed', {done} WHERE {fence} {returning_kind}
+
+-- name: attempts
+SELECT attempts, snoozes FROM {table} WHERE {fence}
+
+-- name: retry
+UPDATE {table} SET state = 'pending', next_at = %(next_at)s, last_error = %(error)s, {done}
+WHERE {fence} {returning_kind}
+
+-- name: cancel_claim
+UPDATE {table} SET state = 'cancelled', last_error = %(error)s, {done}
+WHERE {fence} {returning_kind}
+
+-- fragment: release_update
+UPDATE {table} SET state = 'pending', next_at = %(now)s, {done} WHERE {fence}
+
+-- name: release
+{release_update} {returning_kind}
+
+-- Unfenced transitions ----------------------------------------------------
+
+-- name: complete_pending
+UPDATE {table} SET state = 'completed', updated_at = %(now)s
+WHERE id = %(id)s AND state = 'pending' {returning_kind}
+
+-- fragment: retry_now_update
+UPDATE {table} SET {retry_now_set} WHERE id = %(id)s AND {active}
+
+-- name: retry_now
+{retry_now_update} {returning_kind}
+
+-- name: cancel
+UPDATE {table} SET {cancel_set} WHERE id = %(id)s AND {active} {returning_kind}
+
+-- name: exhausted
+-- Cancels the expired leases that used the last attempt, of the kinds asked.
+UPDATE {table} SET state = 'cancelled', last_error = %(error)s, {done}
+WHERE {expired_lease} AND attempts >= snoozes + %(max_attempts)s AND {of_kinds}
+{returning_kind}
+
+-- The portable limited claim (limited.py) ------------------------------
+
+-- name: live_leases
+SELECT kind, target, COUNT(*) FROM {table}
+WHERE {live_lease} AND kind IN ([kinds]) GROUP BY kind, target
+
+-- Pauses ------------------------------------------------------------------
+
+-- name: pause
+INSERT INTO {paused} (kind, paused_at) VALUES (%(kind)s, %(now)s) ON CONFLICT DO NOTHING
+
+-- name: resume
+DELETE FROM {paused} WHERE kind = %(kind)s
+
+-- name: paused
+SELECT kind FROM {paused}
+
+-- The admin (admin.py) ------------------------------------------------------
+
+-- name: kinds
+-- Every kind in the table, in order: a loose index scan, one lookup per kind.
+WITH RECURSIVE k (kind) AS (SELECT MIN(kind) FROM {table} UNION ALL
+SELECT (SELECT MIN(kind) FROM {table} WHERE kind > k.kind) FROM k WHERE k.kind IS NOT NULL)
+SELECT kind FROM k WHERE kind IS NOT NULL
+
+-- name: oldest_due
+-- Per kind, when its longest-waiting due intent became claimable: two MIN
+-- subqueries per kind, each of which the planner may answer by walking the
+-- claim index (or the lease index) in order to the kind's first row.
+SELECT [kinds:(SELECT MIN(next_at) FROM {table} WHERE kind = %s AND {pending_due}),
+(SELECT MIN(claim_until) FROM {table} WHERE kind = %s AND {expired_lease})]
+
+-- name: administer_select
+SELECT id, kind, priority FROM {table} {by_id} WHERE id IN ([ids]) AND {active} FOR UPDATE
+
+-- name: administer_retry_now
+UPDATE {table} {by_id} SET {retry_now_set} WHERE id IN ([ids]) AND {active} {returning_moved}
+
+-- name: administer_cancel
+UPDATE {table} {by_id} SET {cancel_set} WHERE id IN ([ids]) AND {active} {returning_moved}
+
+-- fragment: returning_moved
+RETURNING id, kind, priority
+
+-- name: rollup_add
+-- A flush of the dashboard's per-minute tallies (observability/rollup.py):
+-- several pools flush the same minute, so a conflict on (minute, kind) adds
+-- the counts under the row's lock, keeps the longer attempt, and keeps the
+-- row's depth sample when the flush carries none.
+INSERT INTO {rollup} (minute, kind, completed, failed, snoozed, cancelled, attempts,
+  duration_sum, duration_max, due, running)
+VALUES [rows:(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)]
+ON CONFLICT (minute, kind) DO UPDATE SET
+  completed = {rollup}.completed + EXCLUDED.completed,
+  failed = {rollup}.failed + EXCLUDED.failed,
+  snoozed = {rollup}.snoozed + EXCLUDED.snoozed,
+  cancelled = {rollup}.cancelled + EXCLUDED.cancelled,
+  attempts = {rollup}.attempts + EXCLUDED.attempts,
+  duration_sum = {rollup}.duration_sum + EXCLUDED.duration_sum,
+  duration_max = {larger}({rollup}.duration_max, EXCLUDED.duration_max),
+  due = COALESCE(EXCLUDED.due, {rollup}.due),
+  running = COALESCE(EXCLUDED.running, {rollup}.running)
