@@ -316,6 +316,7 @@ class IntentManager(models.Manager.from_queryset(IntentQuerySet)):  # type: igno
                 error=None if e.error is None else validation.error_text(e.error),
                 snooze=bool(e.snooze),
                 unstarted=bool(e.unstarted),
+                traceback=None if e.traceback is None else validation.traceback_text(e.traceback),
             )
             if checked.setdefault(ending.id, ending) is not ending:
                 raise ValueError(f"intent {ending.id} ends twice in one batch")

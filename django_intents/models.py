@@ -56,6 +56,9 @@ class Intent(models.Model):
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()
     last_error = models.TextField(blank=True, default="")
+    # The tail of the last failure's traceback, written with last_error (docs/workers.md).
+    # The database default serves processes of the previous release.
+    last_traceback = models.TextField(blank=True, default="", db_default="")
     claim_token = models.CharField(max_length=32, blank=True, default="")
     claim_until = models.DateTimeField(null=True, blank=True)
     # The W3C trace context of the span that enqueued the intent (JSON), which

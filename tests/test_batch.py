@@ -226,7 +226,7 @@ def test_finish_many_on_sqlite_is_one_statement_that_finds_each_row_by_its_key(
         assert len(backend.finish_many(endings, now=at(1))) == 3
     statement = spread(backend.sql.finish_many, rows=3)
     with connection.cursor() as cursor:
-        cursor.execute("EXPLAIN QUERY PLAN " + statement.replace("%s", "?"), [None] * 22)
+        cursor.execute("EXPLAIN QUERY PLAN " + statement.replace("%s", "?"), [None] * 25)
         plan = " ".join(str(row[-1]) for row in cursor.fetchall())
     # Every ending looks its row up by id; a scan of the running rows would grow with them.
     assert "SCAN v" in plan and "(id=?)" in plan and "SCAN django_intents_intent" not in plan

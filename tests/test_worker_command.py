@@ -17,6 +17,7 @@ from django.test import override_settings
 
 from django_intents.management.commands import run_intent_workers as command
 from django_intents.observability import metrics
+from django_intents.worker.tally import Tally
 from tests.testapp import handlers as test_handlers
 
 pytestmark = pytest.mark.django_db
@@ -29,6 +30,7 @@ class FakePool:
     def __init__(self, **kwargs: Any) -> None:
         self.kwargs = kwargs
         self.ran = False
+        self.outcomes = Tally()
         FakePool.instances.append(self)
 
     def run(self) -> int:
@@ -119,6 +121,7 @@ def test_options_reach_the_pool(fake_pool):
     pool = run(
         "--workers", "3", "--concurrency", "250", "--kinds", "test.ok,test.stop", "--lease", "6",
         "--renew", "1.5", "--drain", "--grace", "0", "--db-error-timeout", "9",
+        "--summary-interval", "30",
         "--timeout-per-attempt", "2.5",
     )  # fmt: skip
     assert pool.ran
@@ -134,6 +137,7 @@ def test_options_reach_the_pool(fake_pool):
         "timeout": None,
         "timeout_per_attempt": 2.5,
         "db_error_timeout": 9.0,
+        "report_interval": 30.0,
         "using": "default",
     }
 

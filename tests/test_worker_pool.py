@@ -453,7 +453,7 @@ def test_throughput_is_logged_periodically(background, caplog):
     running = background(pool({"p.ok": lambda intent, attempt: None}, report_interval=0.2))
 
     def reported() -> list[re.Match[str]]:
-        pattern = r"attempt\(s\) finished in the last .* (\d+) success, (\d+) error"
+        pattern = r"attempt\(s\) finished in the last .* (\d+) completed, (\d+) retried"
         return [m for r in caplog.records if (m := re.search(pattern, r.getMessage()))]
 
     wait_for(lambda: sum(int(m[1]) for m in reported()) >= 3, "throughput lines counting them")

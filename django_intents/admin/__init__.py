@@ -119,7 +119,7 @@ class IntentAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             },
         ),
         (gettext_lazy("Claim"), {"fields": ("claim_token", "claim_until")}),
-        (gettext_lazy("Last error"), {"fields": ("last_error_text",)}),
+        (gettext_lazy("Last error"), {"fields": ("last_error_text", "last_traceback_text")}),
         (gettext_lazy("Payload"), {"fields": ("payload_pretty",)}),
     )
 
@@ -185,6 +185,13 @@ class IntentAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             return None
         return format_html('<pre class="intents-pre">{}</pre>', intent.last_error)
 
+    @admin.display(description=gettext_lazy("traceback"))
+    def last_traceback_text(self, intent: Intent) -> SafeString | None:
+        """The tail of the last failure's traceback, as the pool kept it (escaped)."""
+        if not intent.last_traceback:
+            return None
+        return format_html('<pre class="intents-pre">{}</pre>', intent.last_traceback)
+
     @admin.display(description=gettext_lazy("payload"))
     def payload_pretty(self, intent: Intent) -> SafeString | None:
         if intent.payload is None:
@@ -213,7 +220,8 @@ class IntentAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
     def get_readonly_fields(self, request: HttpRequest, obj: Intent | None = None) -> list[str]:
         """Everything: every model field (from ``_meta``, so new ones too) and the displays."""
-        displays = ["state_badge", "next_run", "last_error_text", "payload_pretty", "task_details"]
+        displays = ["state_badge", "next_run", "last_error_text", "last_traceback_text"]
+        displays += ["payload_pretty", "task_details"]
         return [field.name for field in self.opts.concrete_fields] + displays
 
     def render_change_form(

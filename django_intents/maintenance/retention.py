@@ -65,6 +65,7 @@ def prune(
     max_batches: int | None = None,
     dry_run: bool = False,
     using: str | None = None,
+    progress: Callable[[int], None] | None = None,
 ) -> PruneReport:
     """Apply ``INTENTS["RETENTION"]`` to terminal intents, ages counted from ``updated_at``.
 
@@ -75,6 +76,7 @@ def prune(
     until the caller commits. Concurrent calls are safe: a batch another caller
     already handled simply matches no rows, and is not counted. ``using`` is
     the database alias (default: the router's choice for ``Intent``).
+    ``progress`` is called after each batch with the rows it handled.
     """
     using = using or router.db_for_write(Intent)
     now = server_now(using) if now is None else now
@@ -88,7 +90,7 @@ def prune(
     for phase in phases:
         phase.counts[phase.state] = 0
     for phase in phases:
-        if not _run(phase, report, batch_size, max_batches):
+        if not _run(phase, report, batch_size, max_batches, progress):
             report.finished = False
             break
     return report
@@ -123,10 +125,23 @@ def _delete(batch: IntentQuerySet) -> int:
 def _compact(batch: IntentQuerySet) -> int:
     # update() leaves updated_at alone: the age keeps counting from the terminal
     # transition, so compacting never pushes the delete window back.
-    return batch.update(payload=None, last_error="")
+    return batch.update(payload=None, last_error="", last_traceback="")
 
 
-def _run(phase: _Phase, report: PruneReport, batch_size: int, max_batches: int | None) -> bool:
+def to_prune(now: datetime | None = None, *, using: str | None = None) -> int:
+    """How many rows a :func:`prune` at ``now`` would handle: one count per phase."""
+    using = using or router.db_for_write(Intent)
+    now = server_now(using) if now is None else now
+    return sum(p.rows.count() for p in _phases(PruneReport(), now, Intent.objects.using(using)))
+
+
+def _run(
+    phase: _Phase,
+    report: PruneReport,
+    batch_size: int,
+    max_batches: int | None,
+    progress: Callable[[int], None] | None,
+) -> bool:
     """Work through one phase; return False if ``max_batches`` ran out first."""
     after: tuple[datetime, str] | None = None
     while True:
@@ -145,6 +160,8 @@ def _run(phase: _Phase, report: PruneReport, batch_size: int, max_batches: int |
         ids = [id_ for _, id_ in rows]
         done = len(ids) if report.dry_run else phase.write(phase.rows.filter(pk__in=ids))
         phase.counts[phase.state] += done
+        if progress is not None:
+            progress(len(ids))
         if len(rows) < batch_size:
             return True
         after = rows[-1]

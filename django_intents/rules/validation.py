@@ -9,6 +9,7 @@ nothing. Identity fields (kind, event id, target, id) are checked in
 from __future__ import annotations
 
 import math
+import traceback
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -19,6 +20,7 @@ from django_intents.rules.identity import check_id, check_text, digest
 from django_intents.rules.states import NO_CLAIM, State
 
 MAX_ERROR_LENGTH = 10_000
+MAX_TRACEBACK_LENGTH = 8192  # characters: the tail of a failure's traceback
 ITEM_KEYS = frozenset({"kind", "event_id", "target", "payload", "next_at", "id", "priority"})
 PRIORITY_RANGE = (-100, 100)
 
@@ -150,6 +152,18 @@ def error_text(cause: object) -> str:
     return text if len(text) <= MAX_ERROR_LENGTH else text[: MAX_ERROR_LENGTH - 1] + "…"
 
 
+def traceback_text(cause: BaseException | str) -> str:
+    """The tail of ``cause``'s traceback, made storable: what ``last_traceback`` keeps.
+
+    The tail, because the frame that raised and the exception come last; the
+    head of a deep stack is the framework the handler ran in.
+    """
+    if isinstance(cause, BaseException):
+        cause = "".join(traceback.format_exception(cause))
+    text = cause.replace("\x00", "\\x00").encode("utf-8", "backslashreplace").decode("utf-8")
+    return text if len(text) <= MAX_TRACEBACK_LENGTH else "…" + text[1 - MAX_TRACEBACK_LENGTH :]
+
+
 def exception_text(exc: BaseException) -> str:
     """``Type: message``: what ``last_error`` keeps of a handler's exception."""
     message = str(exc)
@@ -188,6 +202,7 @@ def new_row(
             "created_at": now,
             "updated_at": now,
             "last_error": "",
+            "last_traceback": "",
             **NO_CLAIM,
             "trace_context": "",
         }

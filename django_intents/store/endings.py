@@ -15,7 +15,8 @@ class Ending:
     """How a pool ends one claim other than by completing it: a row of ``finish_many``.
 
     ``state`` is ``pending`` (a retry, or a release when ``next_at`` is now)
-    or ``cancelled``; ``next_at`` and ``error`` are left as they are when ``None``.
+    or ``cancelled``; ``next_at``, ``error`` and ``traceback`` are left as they are
+    when ``None``.
     ``snooze`` adds one to ``snoozes``: a ``Retry(after=...)``, whose claim
     ``MAX_ATTEMPTS`` then does not count. ``unstarted`` takes the claim's
     attempt back: a release of a claim that waited in a pool's queue and never
@@ -30,6 +31,7 @@ class Ending:
     error: str | None = None
     snooze: bool = False
     unstarted: bool = False
+    traceback: str | None = None
 
 
 Finished = tuple[str, str, str]  # id, kind, state: one row that finish_many moved

@@ -111,6 +111,7 @@ class MySQLBackend(Backend):
                 states=[(e.id, e.state) for e in moved],
                 next_ats=[(e.id, self.dt(e.next_at)) for e in moved if e.next_at],
                 errors=[(e.id, e.error) for e in moved if e.error is not None],
+                tracebacks=[(e.id, e.traceback) for e in moved if e.traceback is not None],
                 snoozed=[e.id for e in moved if e.snooze],
                 unstarted=[e.id for e in moved if e.unstarted],
             )

@@ -33,6 +33,7 @@ class SQLiteBackend(Backend):
         for e in endings:
             next_at = self.dt(e.next_at) if e.next_at else None
             params += [e.id, e.token, e.state, next_at, e.error, int(e.snooze), int(e.unstarted)]
+            params.append(e.traceback)
         with self.cursor() as cursor:
             statement = spread(self.sql.finish_many, rows=len(endings))
             cursor.execute(statement, [*params, self.dt(now)])

@@ -32,7 +32,7 @@ from django_intents.attempt import Attempt
 from django_intents.exceptions import ClaimLost, Retry, Stop
 from django_intents.handlers import Handler
 from django_intents.models import Intent
-from django_intents.rules.validation import exception_text
+from django_intents.rules.validation import exception_text, traceback_text
 from django_intents.signals import Outcome, attempt_finished
 from django_intents.store.clock import server_now
 from django_intents.tracing import processing
@@ -60,6 +60,7 @@ class Claim:
     cause: str | None = None  # the error text of a failure or a Stop
     duration: float = 0.0  # of the handler, for attempt_finished once the result is recorded
     due: datetime | None = None  # a snooze's due time, from when the handler ended
+    traceback: str | None = None  # of a failure, its tail: the intent's last_traceback
     timeout: float | None = None  # seconds the handler may run (LIMITS, --timeout-per-attempt)
     started: float | None = None  # when the handler was called; None while it waits
 
@@ -86,8 +87,8 @@ class Claim:
             # Measured here, not when the batch is recorded: "after 30 s" means
             # 30 s from the handler's raise, however long the result waits.
             self.due = cast(Retry, error).due(server_now(self.intent._state.db, read=False))
-        if self.outcome is Outcome.ERROR:
-            log.debug("%s: traceback", self.name, exc_info=error)
+        if self.outcome is Outcome.ERROR and error is not None:
+            self.traceback = traceback_text(error)
 
     def timed_out(self, started: float) -> None:
         """Write a timeout as the outcome, whatever the handler did past its time."""

@@ -6,7 +6,9 @@ turns the probe red. An idle pool touches the database on purpose now and
 then, so that being quiet is not mistaken for being stuck. The loop writes
 two values here; the metrics server's thread only reads them.
 
-``Housekeeping`` logs the throughput once per report interval, applies
+``Housekeeping`` logs a one-line summary of the pool's outcomes once per
+report interval (``--summary-interval``, 60 s by default) and when the pool
+stops, from what its recorder counted (``tally.py``), applies
 ``INTENTS["RETENTION"]`` a little at a time (one small batch a minute, at a
 jittered offset so that pools started together do not prune together), and
 enqueues the due slots of the schedules whose kind the pool runs, once a
@@ -27,9 +29,9 @@ from django_intents.conf import get_settings
 from django_intents.maintenance import retention
 from django_intents.maintenance.schedules import enqueue_due, schedules
 from django_intents.observability import rollup
-from django_intents.signals import Outcome
 from django_intents.worker import log
 from django_intents.worker.outage import cause_text
+from django_intents.worker.tally import COLUMNS, Tally
 
 PRUNE_INTERVAL = 60.0
 PRUNE_BATCH_SIZE = 100
@@ -104,26 +106,29 @@ class ScheduleTick:
 
 
 class Housekeeping:
-    """The throughput report, retention pruning and schedules, each on its own clock."""
+    """The summaries, retention pruning and schedules, each on its own clock."""
 
-    def __init__(self, *, report_interval: float, kinds: Iterable[str], using: str) -> None:
+    def __init__(
+        self, *, report_interval: float, kinds: Iterable[str], using: str, tally: Tally
+    ) -> None:
+        if not 0 < report_interval < math.inf:
+            raise ValueError(f"report_interval must be a positive number, not {report_interval!r}")
         self._report_interval = report_interval
         self._using = using
         self._retention = get_settings().retention is not None
         self._schedules = ScheduleTick(kinds, using)
-        self._outcomes: Counter[Outcome] = Counter()
+        self._tally = tally
+        self._reported: Counter[str] = Counter()  # the tally's totals at the last report
         self._since = self._next_report = self._next_prune = self._next_rollup = 0.0
 
     def start(self) -> None:
         self._since = time.monotonic()
+        self._tally.start()
         self._next_report = self._since + self._report_interval
         self._next_prune = self._since + random.uniform(0, PRUNE_INTERVAL)  # noqa: S311
         # Before the first claim, so a due slot is claimable from the first turn
         # (a --drain pool runs the slot that was due when it started).
         self._schedules.run_due(self._since)
-
-    def count(self, outcome: Outcome) -> None:
-        self._outcomes[outcome] += 1
 
     def wake_at(self) -> float:
         prune = self._next_prune if self._retention else math.inf
@@ -150,14 +155,20 @@ class Housekeeping:
 
     def _report(self, now: float, running: int) -> None:
         elapsed = max(now - self._since, 1e-9)
-        total = sum(self._outcomes.values())
+        totals = self._tally.totals()
+        counts = totals - self._reported
+        total = sum(counts.values())
         log.info(
             "%d attempt(s) finished in the last %.0f s (%.2f/s): %s; %d running",
             total,
             elapsed,
             total / elapsed,
-            ", ".join(f"{self._outcomes[outcome]} {outcome}" for outcome in Outcome),
+            ", ".join(f"{counts[name]} {name}" for name in COLUMNS),
             running,
         )
-        self._outcomes.clear()
+        self._reported = totals
         self._since, self._next_report = now, now + self._report_interval
+
+    def stopped(self) -> None:
+        """The pool's last line: every outcome since it started, and the rate."""
+        log.info("stopped: %s", self._tally.line())

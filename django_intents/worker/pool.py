@@ -59,6 +59,7 @@ from django_intents.worker.queues import LocalQueue, Queued
 from django_intents.worker.recorder import Recorder
 from django_intents.worker.shutdown import Shutdown
 from django_intents.worker.startup import log_start
+from django_intents.worker.tally import Tally
 from django_intents.worker.wakeup import Alarm, Waker, start_waker
 
 
@@ -145,7 +146,10 @@ class WorkerPool:
             using=self._using, timeout=db_error_timeout, then="exiting", sleep=self._alarm.sleep
         )
         self._housekeeping = Housekeeping(
-            report_interval=report_interval, kinds=self._kinds, using=self._using
+            report_interval=report_interval,
+            kinds=self._kinds,
+            using=self._using,
+            tally=self._recorder.tally,
         )
         self._probe_first: bool | None = None  # known once connected (MySQL asks the server)
 
@@ -197,7 +201,7 @@ class WorkerPool:
             self._housekeeping.stop()
             connections.close_all()
             self._alarm.close()
-        log.info("stopped")
+        self._housekeeping.stopped()
         return status
 
     def stop(self, *, grace: float | None = None) -> None:
@@ -208,6 +212,11 @@ class WorkerPool:
         shorten the grace period.
         """
         self._shutdown.request(grace)
+
+    @property
+    def outcomes(self) -> Tally:
+        """What the pool's attempts came to, per kind: read once ``run`` has returned."""
+        return self._recorder.tally
 
     def healthy(self) -> bool:
         """True while the loop runs and recently completed a database round trip."""
@@ -363,7 +372,6 @@ class WorkerPool:
             outcome = self._recorder.add(claim)
             if outcome is not None:  # nothing to record: it was lost, or atomic() completed it
                 self._leases.drop(claim)
-                self._housekeeping.count(outcome)
 
     def _record(self, *, wait: float | None = None) -> None:
         """Record the results handed back (``recorder.py``); with ``wait``, all of them."""
@@ -375,9 +383,8 @@ class WorkerPool:
         """Let go of the claims whose results are recorded."""
         if outcomes:
             self._write_outage.over()
-        for claim, outcome in outcomes:
+        for claim, _ in outcomes:
             self._leases.drop(claim)
-            self._housekeeping.count(outcome)
 
     def _sleep_time(self) -> float:
         now = time.monotonic()

@@ -17,12 +17,18 @@ up: the loop's connection, the writer's and the LISTEN one are all a pool
 ever holds. On SQLite, one writer at a time, the loop writes them itself.
 
 Only the loop thread calls the recorder; its writer thread shares nothing
-with the loop but the two queues that carry a batch there and back.
+with the loop but the two queues that carry a batch there and back. The loop
+thread counts each result in ``tally`` (``tally.py``) as it learns it.
+
+A failure's traceback (its tail) is written with its error, in the same
+fenced statement, to ``last_traceback``; the log shows it at the first
+failure of each kind and exception type, and reminds of it after that.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import queue
 import threading
 import time
@@ -45,6 +51,7 @@ from django_intents.store.clock import server_now
 from django_intents.worker import log
 from django_intents.worker.execution import Claim, send_finished
 from django_intents.worker.outage import one_line
+from django_intents.worker.tally import Tally, column
 
 if TYPE_CHECKING:
     from django_intents.models import Intent
@@ -53,7 +60,9 @@ if TYPE_CHECKING:
 # More failures than this of one kind with one error, in one batch, are logged as one line.
 BURST = 5
 
-Written = tuple[list[tuple[Claim, Outcome]], DatabaseFailure | None]
+# A recorded result and the column it counts in (``tally.column``).
+Result = tuple[Claim, Outcome, str]
+Written = tuple[list[Result], DatabaseFailure | None]
 
 
 class Recorder:
@@ -83,6 +92,10 @@ class Recorder:
         self._inbox: queue.SimpleQueue[list[Claim] | None] = queue.SimpleQueue()
         self._outbox: queue.SimpleQueue[Written] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
+        self.tally = Tally()
+        # (kind, exception type) whose traceback the log has shown, to show each once;
+        # only the thread that writes (the writer's, or the loop's without one) uses it.
+        self._shown: set[tuple[str, str]] = set()
 
     def __len__(self) -> int:
         held = len(self._fresh) + len(self._riders)
@@ -92,6 +105,7 @@ class Recorder:
         """Take a finished claim; return its outcome at once when there is nothing to record."""
         outcome = self._settled(claim)
         if outcome is not None:
+            self.tally.add(claim.intent.kind, column(outcome))
             send_finished(claim, outcome)
         return outcome
 
@@ -122,7 +136,11 @@ class Recorder:
         ``wait`` bounds how long to wait for a batch in flight. Raises the
         database's error with that batch kept for the next call.
         """
-        results = self._take_written(wait)
+        # Only without a writer thread is a batch written here, and then none is in flight.
+        return self._counted(self._take_written(wait) + self._hand_over())
+
+    def _hand_over(self) -> list[Result]:
+        """Hand the next batch to the writer thread, or write it here: what was written."""
         # Kept through a turn whose claims did not take them: the writer does.
         self._waiting += self._riders
         self._riders, self._fresh = self._fresh, []
@@ -130,15 +148,20 @@ class Recorder:
             batch, self._waiting = _distinct(self._waiting)
             if not self.threaded:
                 try:
-                    results += self._write(batch)
+                    return self._write(batch)
                 except BaseException:
                     self._waiting = batch + self._waiting
                     raise
-            else:
-                self._start_thread()
-                self._in_flight = batch
-                self._inbox.put(batch)
-        return results
+            self._start_thread()
+            self._in_flight = batch
+            self._inbox.put(batch)
+        return []
+
+    def _counted(self, results: list[Result]) -> list[tuple[Claim, Outcome]]:
+        """Count ``results`` in the tally (on the loop thread); return them as pairs."""
+        for claim, _, name in results:
+            self.tally.add(claim.intent.kind, name)
+        return [(claim, outcome) for claim, outcome, _ in results]
 
     def claiming(
         self, claim: Callable[[list[tuple[str, str]]], Claims[Intent]], *, ride: bool
@@ -167,14 +190,14 @@ class Recorder:
         if ride:
             self._riding = claimed.bound
         completed = set(claimed.completed)
-        results = []
+        results: list[Result] = []
         for rider in riders:
             outcome = Outcome.SUCCESS if rider.intent.id in completed else Outcome.FENCED
             if outcome is Outcome.FENCED:
                 log.info("%s: result dropped, the claim was lost", rider.name)
-            results.append((rider, outcome))
+            results.append((rider, outcome, column(outcome)))
             send_finished(rider, outcome)
-        return claimed, results
+        return claimed, self._counted(results)
 
     def _take_riders(self) -> list[Claim]:
         """This turn's riders, one per intent and none the writer has, up to a batch."""
@@ -224,7 +247,7 @@ class Recorder:
         finally:
             connections.close_all()
 
-    def _take_written(self, wait: float) -> list[tuple[Claim, Outcome]]:
+    def _take_written(self, wait: float) -> list[Result]:
         if self._in_flight is None:
             return []
         try:
@@ -237,7 +260,7 @@ class Recorder:
             raise error
         return written
 
-    def _write(self, batch: list[Claim]) -> list[tuple[Claim, Outcome]]:
+    def _write(self, batch: list[Claim]) -> list[Result]:
         """Record one batch of distinct intents in one or two fenced statements."""
         successes = [c for c in batch if c.outcome is Outcome.SUCCESS]
         others = [c for c in batch if c.outcome is not Outcome.SUCCESS]
@@ -252,7 +275,7 @@ class Recorder:
                 done.update(self._manager.complete_many(pairs, now=now))
             if endings:
                 done.update(self._manager.finish_many(endings, now=now))
-        results = []
+        results: list[Result] = []
         failed: list[tuple[Claim, Ending]] = []
         for claim, ending in [*((c, None) for c in successes), *zip(others, endings, strict=True)]:
             outcome = self._recorded(claim, ending, now) if claim.intent.id in done else None
@@ -261,7 +284,8 @@ class Recorder:
                 outcome = Outcome.FENCED
             elif outcome is Outcome.ERROR and ending is not None:
                 failed.append((claim, ending))
-            results.append((claim, outcome))
+            cancelled = ending is not None and ending.state == State.CANCELLED
+            results.append((claim, outcome, column(outcome, cancelled=cancelled)))
             send_finished(claim, outcome)
         self._log_failures(failed, now)
         return results
@@ -273,14 +297,17 @@ class Recorder:
         if claim.outcome is Outcome.FENCED:
             # ClaimLost while the claim still holds: the handler gave up at shutdown.
             return Ending(id, token, State.PENDING, next_at=now)
+        # Written with the error it goes with: "" where the error has no traceback (a Stop).
+        trace = None if claim.cause is None else claim.traceback or ""
         if claim.outcome is Outcome.SNOOZED:
             due = claim.due or now
-            return Ending(id, token, State.PENDING, next_at=due, error=claim.cause, snooze=True)
+            return Ending(id, token, State.PENDING, due, claim.cause, snooze=True, traceback=trace)
         stopped = claim.outcome is Outcome.STOPPED
         next_at = None if stopped else retry_at(id, counted(intent), self._max_attempts, now)
         if next_at is None:
-            return Ending(id, token, State.CANCELLED, error=claim.cause or "")
-        return Ending(id, token, State.PENDING, next_at=next_at, error=claim.cause)
+            error = claim.cause or ""
+            return Ending(id, token, State.CANCELLED, error=error, traceback=trace or "")
+        return Ending(id, token, State.PENDING, next_at=next_at, error=claim.cause, traceback=trace)
 
     def _recorded(self, claim: Claim, ending: Ending | None, now: datetime) -> Outcome:
         """Say in the log how a recorded result ended; return its outcome.
@@ -314,7 +341,8 @@ class Recorder:
         for (kind, cause), group in alike.items():
             if len(group) <= BURST:
                 for claim, ending in group:
-                    log.warning("%s: failed: %s; %s", claim.name, cause, self._then(ending, now))
+                    after, trace = self._then(ending, now), self._traceback(claim)
+                    log.warning("%s: failed: %s; %s%s", claim.name, cause, after, trace)
                 continue
             waits = [(e.next_at - now).total_seconds() for _, e in group if _retried(e)]
             cancelled = len(group) - len(waits)
@@ -323,13 +351,31 @@ class Recorder:
                 then.append(f"{cancelled} cancelled, MAX_ATTEMPTS ({self._max_attempts}) reached")
             first = ", ".join(claim.intent.id[:12] for claim, _ in group[:BURST])
             log.warning(
-                "%s: %d attempts failed alike: %s; %s (first: %s)",
+                "%s: %d attempts failed alike: %s; %s (first: %s)%s",
                 kind,
                 len(group),
                 cause,
                 "; ".join(then),
                 first,
+                self._traceback(group[0][0]),
             )
+
+    def _traceback(self, claim: Claim) -> str:
+        """What a failure's warning ends with: the traceback the first time its kind
+        fails with its exception type, a reminder of it after that.
+
+        At default verbosity, and once: the traceback says where a handler
+        breaks, and a partner down for an hour must not fill the log with it.
+        The admin shows the last one of each intent (``last_traceback``); with
+        DEBUG on (``-v 2``), every failure's is logged.
+        """
+        if not claim.traceback:
+            return ""
+        key = (claim.intent.kind, (claim.cause or "").partition(":")[0])
+        if key in self._shown and not log.isEnabledFor(logging.DEBUG):
+            return " (traceback logged above)"
+        self._shown.add(key)
+        return "\n" + claim.traceback.rstrip("\n")
 
     def _then(self, ending: Ending, now: datetime) -> str:
         if not _retried(ending):

@@ -7,8 +7,9 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandParser
 
 from django_intents.conf import get_settings
-from django_intents.maintenance.retention import prune
+from django_intents.maintenance.retention import prune, to_prune
 from django_intents.management.options import add_database, chosen_database, positive_int
+from django_intents.management.progress import Progress, raw
 from django_intents.rules.states import TERMINAL
 
 
@@ -43,12 +44,26 @@ class Command(BaseCommand):
         if not get_settings().retention:
             self.stdout.write("INTENTS['RETENTION'] is not set: every intent is kept.")
             return
-        report = prune(
-            batch_size=options["batch_size"],
-            max_batches=options["max_batches"],
-            dry_run=options["dry_run"],
-            using=using,
+        total = to_prune(using=using)
+        if options["max_batches"] is not None:
+            total = min(total, options["max_batches"] * options["batch_size"])
+        progress = Progress(
+            description="counting" if options["dry_run"] else "pruning",
+            unit="rows",
+            stream=raw(self.stdout),
+            total=total,
+            write=self.stdout.write,
         )
+        try:
+            report = prune(
+                batch_size=options["batch_size"],
+                max_batches=options["max_batches"],
+                dry_run=options["dry_run"],
+                using=using,
+                progress=progress.advance,
+            )
+        finally:
+            progress.close()
         would = "would be " if report.dry_run else ""
         for state in TERMINAL:
             if state not in report.compacted and state not in report.deleted:

@@ -4,6 +4,11 @@ Everything a user can get wrong on the command line is refused here, before a
 single intent is claimed: bad numbers by the ``type=`` functions of
 ``options``, a kind without a handler and a kind registered twice by
 ``handle()``, and a database that was never migrated by ``schema.require_table``.
+
+A pool that runs to an end (``--drain``, ``--until-empty``) shows its
+progress against the backlog it started with (a bar on a terminal, a plain
+log line every 10 s elsewhere) and ends by printing its outcomes per kind and
+its rate on stdout: the table a cron job's mail or a CI log shows.
 """
 
 from __future__ import annotations
@@ -12,11 +17,13 @@ import argparse
 import contextlib
 import logging
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 from django.db import Error as DatabaseFailure
+from tqdm.contrib.logging import logging_redirect_tqdm  # type: ignore[import-untyped]
 
 from django_intents.conf import get_settings
 from django_intents.handlers import discover
@@ -29,9 +36,13 @@ from django_intents.management.options import (
     positive_int,
     positive_seconds,
 )
+from django_intents.management.progress import Progress, raw
 from django_intents.management.schema import require_table
+from django_intents.models import Intent
 from django_intents.observability import metrics
 from django_intents.observability.gauges import QUEUE
+from django_intents.rules import states
+from django_intents.store.clock import server_now
 from django_intents.worker import log
 from django_intents.worker.pool import WorkerPool
 
@@ -115,6 +126,14 @@ class Command(BaseCommand):
             "default INTENTS['DB_ERROR_TIMEOUT']",
         )
         parser.add_argument(
+            "--summary-interval",
+            type=positive_seconds,
+            default=60.0,
+            metavar="SECONDS",
+            help="log a one-line summary of the outcomes this often (default 60); "
+            "the pool also logs one when it stops",
+        )
+        parser.add_argument(
             "--metrics-port",
             type=port,
             metavar="PORT",
@@ -177,20 +196,59 @@ class Command(BaseCommand):
             timeout=options["timeout"],
             timeout_per_attempt=options["timeout_per_attempt"],
             db_error_timeout=options["db_error_timeout"],
+            report_interval=options["summary_interval"],
             using=using,
         )
+        ends = options["drain"] or options["until_empty"]
         server = None
         if options["metrics_port"] is not None:
             QUEUE.read_from(using)
             server = self._serve_metrics(options["metrics_addr"], options["metrics_port"], pool)
         try:
-            status = pool.run()
+            if ends:
+                kinds, due = list(handlers), not options["until_empty"]
+                with self._progress(pool, kinds, using, due=due):
+                    status = pool.run()
+            else:
+                status = pool.run()
         finally:
             close = getattr(server, "close", None)
             if close is not None:
                 close()
+        if ends:
+            self.stdout.write(pool.outcomes.table())
         if status:
             sys.exit(status)
+
+    @contextlib.contextmanager
+    def _progress(
+        self, pool: WorkerPool, kinds: list[str], using: str, *, due: bool
+    ) -> Iterator[None]:
+        """Show a drain's progress against the backlog counted now: due intents for
+        ``--drain``, pending and running ones for ``--until-empty``."""
+        try:
+            rows = Intent.objects.using(using).filter(kind__in=kinds)
+            active = rows.filter(states.due(server_now(using))) if due else rows.pending()
+            total: int | None = active.order_by().count()
+        except DatabaseFailure:
+            total = None  # the pool meets the outage and says so; a bar needs no total
+        progress = Progress(
+            description="draining" if due else "running until empty",
+            unit="intents",
+            stream=raw(self.stdout),
+            total=total,
+            write=log.info,
+        )
+        pool.outcomes.watch(progress.advance)
+        try:
+            if progress.tty:
+                # Log lines printed above the bar rather than through it.
+                with logging_redirect_tqdm(loggers=[logging.getLogger("django_intents")]):
+                    yield
+            else:
+                yield
+        finally:
+            progress.close()
 
     def _serve_metrics(self, addr: str, port: int, pool: WorkerPool) -> object:
         try:

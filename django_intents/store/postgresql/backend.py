@@ -170,6 +170,7 @@ class PostgreSQLBackend(Backend):
             "states": [e.state for e in endings],
             "next_ats": [e.next_at for e in endings],
             "errors": [e.error for e in endings],
+            "tracebacks": [e.traceback for e in endings],
             "snoozed": [e.snooze for e in endings],
             "unstarted": [e.unstarted for e in endings],
         }

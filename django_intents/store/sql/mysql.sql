@@ -99,6 +99,7 @@ UPDATE {table} {by_id} SET
   state = CASE id [states:WHEN %s THEN %s] END,
   next_at = COALESCE(CASE id [next_ats:WHEN %s THEN %s] END, next_at),
   last_error = COALESCE(CASE id [errors:WHEN %s THEN %s] END, last_error),
+  last_traceback = COALESCE(CASE id [tracebacks:WHEN %s THEN %s] END, last_traceback),
   snoozes = snoozes + CASE WHEN id IN ([snoozed]) THEN 1 ELSE 0 END,
   attempts = attempts - CASE WHEN id IN ([unstarted]) THEN 1 ELSE 0 END,
   {done}

@@ -155,12 +155,14 @@ WHERE {by_key} RETURNING t.id, t.kind
 -- fenced; whether each is due now, and of another priority, for notify_kinds.
 UPDATE {table} AS t SET state = v.state, next_at = COALESCE(v.next_at, t.next_at),
   last_error = COALESCE(v.error, t.last_error),
+  last_traceback = COALESCE(v.trace, t.last_traceback),
   snoozes = t.snoozes + CASE WHEN v.snooze THEN 1 ELSE 0 END,
   attempts = t.attempts - CASE WHEN v.unstarted THEN 1 ELSE 0 END,
   {clear_claim}, updated_at = %(now)s
 FROM unnest(%(ids)s::text[], %(tokens)s::text[], %(states)s::text[],
   %(next_ats)s::timestamptz[], %(errors)s::text[], %(snoozed)s::boolean[],
-  %(unstarted)s::boolean[]) AS v(id, token, state, next_at, error, snooze, unstarted)
+  %(unstarted)s::boolean[], %(tracebacks)s::text[])
+  AS v(id, token, state, next_at, error, snooze, unstarted, trace)
 WHERE {by_key}
 RETURNING t.id, t.kind, t.state, t.next_at <= %(now)s, t.priority <> 0
 

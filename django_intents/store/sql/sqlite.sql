@@ -55,9 +55,11 @@ RETURNING id, kind
 -- as one flat list of %s. A CASE of a branch per intent, which SQLite tests in
 -- order for every row, cost 14.5 µs an intent in a batch of 500, against 1.6
 -- for the join.
-WITH v(vid, vtoken, vstate, vnext, verror, vsnooze, vunstarted) AS (VALUES [rows:(%s, %s, %s, %s, %s, %s, %s)])
+WITH v(vid, vtoken, vstate, vnext, verror, vsnooze, vunstarted, vtrace) AS
+  (VALUES [rows:(%s, %s, %s, %s, %s, %s, %s, %s)])
 UPDATE {table} SET state = vstate, next_at = COALESCE(vnext, next_at),
-  last_error = COALESCE(verror, last_error), snoozes = snoozes + vsnooze,
+  last_error = COALESCE(verror, last_error),
+  last_traceback = COALESCE(vtrace, last_traceback), snoozes = snoozes + vsnooze,
   attempts = attempts - vunstarted, {clear_claim}, updated_at = %s
 FROM v WHERE id = vid AND state = 'running' AND claim_token = vtoken
 RETURNING id, kind, state
