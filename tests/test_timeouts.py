@@ -121,6 +121,20 @@ def test_an_async_handler_past_its_timeout_is_cancelled_and_retried_as_a_failure
     )
 
 
+def test_a_timed_out_attempt_is_logged_like_a_failure_with_when_it_runs_again(background, caplog):
+    async def forever(intent, attempt):
+        await asyncio.sleep(3600)
+
+    id = enqueue("to.async")
+    with caplog.at_level(logging.WARNING, logger="django_intents.worker"):
+        assert (
+            background(pool({"to.async": forever}, drain=True, timeout_per_attempt=0.2)).join() == 0
+        )
+    assert_timed_out(id, 0.2)
+    lines = [r.getMessage() for r in caplog.records if "timed out after 0.2 s" in r.getMessage()]
+    assert any("retry in" in line for line in lines), lines
+
+
 def test_an_async_handler_that_swallows_the_cancellation_still_times_out(background, finished):
     async def stubborn(intent, attempt):
         try:

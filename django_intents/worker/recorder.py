@@ -282,7 +282,7 @@ class Recorder:
             if outcome is None:
                 log.info("%s: result dropped, the claim was lost", claim.name)
                 outcome = Outcome.FENCED
-            elif outcome is Outcome.ERROR and ending is not None:
+            elif outcome in (Outcome.ERROR, Outcome.TIMEOUT) and ending is not None:
                 failed.append((claim, ending))
             cancelled = ending is not None and ending.state == State.CANCELLED
             results.append((claim, outcome, column(outcome, cancelled=cancelled)))
