@@ -66,7 +66,8 @@ def run(tree: Path, args: argparse.Namespace) -> dict[tuple[str, str], float]:
             *(["--drain-n", str(args.drain_n)] if args.drain_n else []),
             *(["--drain-workers", args.drain_workers] if args.drain_workers else []),
         ]
-        print(f"-- {tree}: {' '.join(command[2:])}", file=sys.stderr, flush=True)
+        code = env.get("BENCH_CODE", tree)
+        print(f"-- {code} (bench of {tree}): {' '.join(command[2:])}", file=sys.stderr, flush=True)
         subprocess.run(command, cwd=tree, env=env, check=True, stdout=subprocess.DEVNULL)
         return figures(json.loads(out.read_text()))
 
