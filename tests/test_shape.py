@@ -21,11 +21,6 @@ LATE_IMPORTS_ALLOWED = {("apps.py", "ready")}
 # The one import cycle allowed: the model names its manager, and the manager
 # names the model it returns (under TYPE_CHECKING), as Django's own do.
 CYCLE_ALLOWED = {("django_intents.managers", "django_intents.models")}
-# Left out of the cycle test for now: the store's modules still import each
-# other in circles (base, rows, endings, limited; postgresql's backend and
-# limited), which the store's rewrite removes. The layers contract
-# (lint-imports) already keeps the store from importing anything above it.
-CYCLES_NOT_YET_CHECKED = "django_intents.store"
 
 
 def modules() -> list[Path]:
@@ -94,13 +89,10 @@ def test_only_the_store_and_listen_branch_on_the_database_vendor():
 
 def test_no_import_cycle_inside_the_package():
     graph = {
-        name: {
-            target
-            for target in top_level_imports(path)
-            if (name, target) not in CYCLE_ALLOWED and not target.startswith(CYCLES_NOT_YET_CHECKED)
+        (name := name_of(path)): {
+            target for target in top_level_imports(path) if (name, target) not in CYCLE_ALLOWED
         }
         for path in modules()
-        if not (name := name_of(path)).startswith(CYCLES_NOT_YET_CHECKED)
     }
     done: set[str] = set()
 
