@@ -29,6 +29,7 @@ from django_intents.store.claims import (
 )
 from django_intents.store.endings import Ending, Finished
 from django_intents.store.limited import claim as limited_claim
+from django_intents.store.memory import ClaimMemory
 from django_intents.store.rows import hydrate, take, to_values
 from django_intents.store.statements import bind, spread
 from django_intents.store.table import Table, claim_params
@@ -102,10 +103,12 @@ class Backend:
         limit: int,
         filters: ClaimFilters,
         complete: list[tuple[str, str]] | None = None,
+        memory: ClaimMemory | None = None,
     ) -> Claims[Claimed]:
         """Complete ``complete`` (``claims.Riders``), then claim up to ``limit``
-        due intents in claim order, in one transaction (``claim_asked``)."""
-        return self.claim_asked(Ask(now, until, limit, filters, complete or []))
+        due intents in claim order, in one transaction (``claim_asked``);
+        ``memory`` is a pool's (``memory.py``)."""
+        return self.claim_asked(Ask(now, until, limit, filters, complete or [], memory))
 
     def claim_asked(self, ask: Ask) -> Claims[Claimed]:
         """By default the due rows are selected (``claim``), then updated by primary

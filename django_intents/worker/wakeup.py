@@ -36,12 +36,10 @@ import time
 from collections.abc import Callable, Collection
 from typing import Any
 
-from django.apps import apps
 from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from django_intents.conf import get_settings
-from django_intents.store import backend_for
 from django_intents.store.base import NOTIFY_CHANNEL, PRIORITY_CHANNEL
 from django_intents.worker import log
 
@@ -128,14 +126,24 @@ class Waker:
         raise NotImplementedError
 
 
-def start_waker(*, using: str, kinds: Collection[str], wake: Callable[[], None]) -> Waker | None:
-    """Start the wake-ups this database offers; ``None`` leaves the pool to polling alone."""
+def start_waker(
+    *,
+    using: str,
+    kinds: Collection[str],
+    wake: Callable[[], None],
+    on_priority: Callable[[str], None] | None = None,
+) -> Waker | None:
+    """Start the wake-ups this database offers; ``None`` leaves the pool to polling alone.
+
+    ``on_priority`` is told each kind whose intents of another priority than 0
+    became due, where the database says so (PostgreSQL's PRIORITY_CHANNEL).
+    """
     connection = connections[using]
     waker: Waker
     if commit_watch_supported(connection):
         waker = CommitWatcher(using=using, wake=wake)
     elif listen_supported(connection):
-        waker = Listener(using=using, kinds=kinds, wake=wake)
+        waker = Listener(using=using, kinds=kinds, wake=wake, on_priority=on_priority)
     else:
         if connection.vendor == "postgresql":
             log.warning("LISTEN/NOTIFY needs psycopg >= 3.2; polling only")
@@ -147,9 +155,9 @@ def start_waker(*, using: str, kinds: Collection[str], wake: Callable[[], None])
 class Listener(Waker):
     """``LISTEN`` on a dedicated connection and call ``wake`` for the pool's kinds.
 
-    A notification on PRIORITY_CHANNEL also tells the pool's claims that an
-    intent of another priority than 0 is due, so that its next claim takes it
-    instead of more of priority 0 (``PostgreSQLBackend.claim_by_priority``).
+    A notification on PRIORITY_CHANNEL also calls ``on_priority`` with the
+    kind: an intent of another priority than 0 is due, and the pool's next
+    claim takes it instead of more of priority 0 (``ClaimMemory.hint``).
 
     A lost connection is reopened with backoff; until it is, the pool's
     polling still finds every intent, only later.
@@ -175,9 +183,11 @@ class Listener(Waker):
         kinds: Collection[str],
         wake: Callable[[], None],
         listen: str | None = None,
+        on_priority: Callable[[str], None] | None = None,
     ) -> None:
         super().__init__(using=using, wake=wake)
         self._kinds = frozenset(kinds)
+        self._on_priority = on_priority
         self._listen = listen or get_settings().listen_database or using
         self._proven = False
         self.listening = threading.Event()
@@ -248,8 +258,8 @@ class Listener(Waker):
                     return
                 if notification.payload not in self._kinds:
                     continue
-                if notification.channel == PRIORITY_CHANNEL:
-                    self._prioritized(notification.payload)
+                if notification.channel == PRIORITY_CHANNEL and self._on_priority is not None:
+                    self._on_priority(notification.payload)
                 self._wake()
 
     def _notify_arrives(self, raw: Any) -> bool:
@@ -287,13 +297,6 @@ class Listener(Waker):
             advice,
         )
         self.fell_back.set()
-
-    def _prioritized(self, kind: str) -> None:
-        """An intent of ``kind`` at another priority than 0 is due: tell the claims
-        (``PostgreSQLBackend.others_due``), which walk every priority from the next on."""
-        intent = apps.get_model("django_intents", "Intent")
-        backend: Any = backend_for(connections[self._using], intent)
-        backend.others_due(kind)
 
     def _connect(self, alias: str) -> BaseDatabaseWrapper:
         """Open a connection with the alias's settings, but never from a pool.
