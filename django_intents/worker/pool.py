@@ -39,6 +39,7 @@ from django_intents.handlers import Handler
 from django_intents.models import Intent
 from django_intents.rules.validation import check_pool
 from django_intents.signals import Outcome
+from django_intents.store import backend_for
 from django_intents.store.clock import server_now
 from django_intents.store.memory import ClaimMemory
 from django_intents.worker import log
@@ -286,9 +287,9 @@ class WorkerPool:
             return None
         sent = time.monotonic()
         if self._probe_first is None:
-            features = connections[self._using].features
-            self._probe_first = not features.has_select_for_update_skip_locked
-            # The same feature says whether a second writer can work meanwhile.
+            backend = backend_for(connections[self._using], Intent)
+            self._probe_first = not backend.claims_skip_locked
+            # The same capability says whether a second writer can work meanwhile.
             self._recorder.threaded = not self._probe_first
         floor = group.floor
         since, now = floor.since(), server_now(self._manager.db)

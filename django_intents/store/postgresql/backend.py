@@ -13,15 +13,18 @@ from datetime import datetime
 from typing import Any
 
 from django.db import transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
 
 from django_intents.rules.states import State
 from django_intents.store.base import Backend, Ending, Finished
 from django_intents.store.claims import Ask, Claimed, ClaimFilters, Claims, Riders, claim_order
 from django_intents.store.memory import ClaimMemory
+from django_intents.store.postgresql import listen
 from django_intents.store.postgresql.cursors import server_cursor
 from django_intents.store.postgresql.limited import LimitedClaims
 from django_intents.store.rows import hydrate, to_values
 from django_intents.store.statements import bind, spread
+from django_intents.store.wakeups import LISTEN, POLL, Listening, Wakeup
 
 # The columns a new intent takes from its caller; the rest are fixed or the batch's time.
 JSON_COLUMNS = ("id", "kind", "event_id", "target", "payload", "next_at", "priority")
@@ -41,6 +44,18 @@ class PostgreSQLBackend(Backend):
     def cursor(self) -> Any:
         """A cursor whose parameters the server binds (``cursors.server_cursor``)."""
         return server_cursor(self.alias)
+
+    def wakeup(self) -> Wakeup:
+        """``LISTEN`` (``listen.py``), where the driver can receive notifications."""
+        if listen.supported():
+            return Wakeup(LISTEN)
+        return Wakeup(POLL, "LISTEN/NOTIFY needs psycopg >= 3.2")
+
+    def listen(self, connection: BaseDatabaseWrapper) -> Listening:
+        return listen.Session(connection, self.sql)
+
+    def notify(self, connection: BaseDatabaseWrapper, payload: str) -> None:
+        listen.notify(connection, self.sql, payload)
 
     def insert(self, rows: Sequence[dict[str, Any]]) -> list[str]:
         """A batch goes as one JSON array (``insert_json``): a text that never changes.

@@ -71,3 +71,8 @@ COMMIT
 
 -- name: rollback
 ROLLBACK
+
+-- name: data_version
+-- Changes when another connection has committed; reading it takes no lock
+-- (sqlite.py's CommitWatch).
+PRAGMA data_version
