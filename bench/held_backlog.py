@@ -6,7 +6,7 @@
 A partner that is down keeps its ``per_target`` places taken, and its due
 intents stay ``pending`` at the head of the queue, in order. A claim that
 walks the claim index in order reads each one to learn its target, unless
-it remembers that head (PostgreSQL, ``backends/heldhead.py``). This measures
+its pool's memory holds that head (PostgreSQL, ``store/postgresql/heldhead.py``). This measures
 what the backlog costs a claim. For each backlog size it empties the table,
 enqueues that many due intents of one target ("dead"), then 2,000 over 19
 others behind them, takes the dead target's four places, makes the full
@@ -48,10 +48,10 @@ def main() -> None:
     from django.utils import timezone
 
     from django_intents.models import Intent
+    from django_intents.store.memory import ClaimMemory
 
     call_command("migrate", verbosity=0)
     suite = Suite({})
-    backend = Intent.objects._backend()
     print(f"{connection.vendor}: exact claim of 16 above the floor, {CLAIMS} claims per size")
     print("| held back | median ms | p90 ms |")
     print("|---|---|---|")
@@ -84,19 +84,19 @@ def main() -> None:
             with connection.cursor() as cursor:
                 cursor.execute(f'ANALYZE "{Intent._meta.db_table}"')
         floor = start - timedelta(seconds=1)
-        # The full claim a pool makes once a second, which finds the head.
-        if hasattr(backend, "_tight"):
-            backend._tight[("limited", KIND)] = time.monotonic() + 60
+        # One pool's memory; the full claim it makes once a second finds the head.
+        memory = ClaimMemory()
+        memory.tight[("limited", KIND)] = time.monotonic() + 60
         with transaction.atomic():
-            Intent.objects.claim_many(16, kinds=[KIND])
+            Intent.objects.claim_many(16, kinds=[KIND], memory=memory)
             transaction.set_rollback(True)
         times = []
         for _ in range(CLAIMS):
-            if hasattr(backend, "_tight"):  # PostgreSQL: its exact claim, not the gate
-                backend._tight[("limited", KIND)] = time.monotonic() + 60
+            # PostgreSQL: its exact claim, not the gate (the others ignore the memory).
+            memory.tight[("limited", KIND)] = time.monotonic() + 60
             began = time.perf_counter()
             with transaction.atomic():
-                claimed = Intent.objects.claim_many(16, kinds=[KIND], since=floor)
+                claimed = Intent.objects.claim_many(16, kinds=[KIND], since=floor, memory=memory)
                 transaction.set_rollback(True)
             times.append((time.perf_counter() - began) * 1000)
             assert len(claimed) == 16 and all("dead" not in i.target for i in claimed)

@@ -47,6 +47,7 @@ def main() -> None:
     from django.db import connection, transaction
 
     from django_intents.models import Intent
+    from django_intents.store.memory import ClaimMemory
 
     if connection.vendor != "postgresql":
         raise SystemExit("bench.limited_plan explains PostgreSQL's claims: set BENCH_DB=postgresql")
@@ -65,7 +66,8 @@ def main() -> None:
             for i in range(2000)
         ]
     )
-    first = Intent.objects.claim_many(60, kinds=[KIND])
+    memory = ClaimMemory()  # the pool's: what its claims remember between turns
+    first = Intent.objects.claim_many(60, kinds=[KIND], memory=memory)
     finished = [(i.id, i.claim_token) for i in first[:16]]
     floor = min(i.next_at for i in first) - timedelta(seconds=1)
 
@@ -85,16 +87,15 @@ def main() -> None:
         ]:
             cursor.execute(f"SET auto_explain.{setting} = {value}")
 
-    backend = Intent.objects._backend()
     key = ("limited", KIND)
 
     def explain(title: str, limit: int, *, tight: bool, **kwargs: Any) -> None:
         # The exact statement, as for a second after a claim that found too
         # little room; else the plain one behind the gate first.
-        backend._tight[key] = time.monotonic() + 60 if tight else 0.0
+        memory.tight[key] = time.monotonic() + 60 if tight else 0.0
         notices.clear()
         with transaction.atomic():
-            claimed = Intent.objects.claim_many(limit, kinds=[KIND], **kwargs)
+            claimed = Intent.objects.claim_many(limit, kinds=[KIND], memory=memory, **kwargs)
             transaction.set_rollback(True)
         print(f"\n## {title}: {len(claimed)} claimed, {len(claimed.completed)} completed\n")
         for notice in notices:

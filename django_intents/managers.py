@@ -33,6 +33,7 @@ from django_intents.store.admin import administer_many
 from django_intents.store.base import Ending
 from django_intents.store.claims import Claims
 from django_intents.store.clock import now_or
+from django_intents.store.memory import ClaimMemory
 from django_intents.tracing import sending
 
 if TYPE_CHECKING:
@@ -174,6 +175,7 @@ class IntentManager(models.Manager.from_queryset(IntentQuerySet)):  # type: igno
         kinds: Iterable[str] | None = None,
         since: datetime | None = None,
         complete: Iterable[tuple[str, str]] = (),
+        memory: ClaimMemory | None = None,
     ) -> Claims[Intent]:
         """Claim up to ``limit`` due intents in claim order, in one transaction.
 
@@ -189,6 +191,8 @@ class IntentManager(models.Manager.from_queryset(IntentQuerySet)):  # type: igno
         complete first, as ``complete_many`` does (the ids completed are the
         list's ``completed``): a pool's finished claims, so that their places
         under ``LIMITS`` are free for this claim, in its round trip on PostgreSQL.
+        ``memory``: for a pool, what its claims remember between turns
+        (``store.memory.ClaimMemory``); without it a claim has learned nothing.
         """
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise ValueError(f"limit must be a positive integer, not {limit!r}")
@@ -213,7 +217,12 @@ class IntentManager(models.Manager.from_queryset(IntentQuerySet)):  # type: igno
             )
             self._announce(states.State.CANCELLED, cancelled, backend)
         claimed = backend.claim(
-            now=now, until=until, limit=min(limit, MAX_LIMIT), filters=filters, complete=pairs
+            now=now,
+            until=until,
+            limit=min(limit, MAX_LIMIT),
+            filters=filters,
+            complete=pairs,
+            memory=memory,
         )
         self._announce(states.State.COMPLETED, [kind for _, kind in claimed.completed], backend)
         self._announce(states.State.RUNNING, [intent.kind for intent, _ in claimed], backend)

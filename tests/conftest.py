@@ -16,7 +16,6 @@ from django.test import override_settings
 
 from django_intents.models import Intent
 from django_intents.signals import intents_transitioned
-from django_intents.store import backend_for
 
 from . import settings as suite_settings
 
@@ -132,18 +131,6 @@ def announced() -> Iterator[list[tuple[str, list[str]]]]:
 @pytest.fixture
 def vendor() -> str:
     return connection.vendor
-
-
-@pytest.fixture(autouse=True)
-def unlearned() -> None:
-    """PostgreSQL's backend, built once per process, learns from each claim which
-    statement the next should run (``_others_due``, ``_tight``) and where its
-    walk starts (``_held_heads``): without the listener a pool has, what one
-    test's claims taught it would steer the next test's. Each test starts
-    from nothing learned."""
-    backend = backend_for(connection, Intent)
-    for learned in ("_others_due", "_tight", "_held_heads"):
-        getattr(backend, learned, {}).clear()
 
 
 # CI runs the same Hypothesis examples every time, so a red build is always

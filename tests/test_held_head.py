@@ -1,8 +1,9 @@
-"""A limited claim walks past the held-back head once, not on every claim (``backends/heldhead.py``).
+"""A limited claim walks past the held-back head once, not on every claim (``heldhead.py``).
 
 A dead partner's intents stay pending at the head of the queue while its
 places are taken. PostgreSQL's exact claim of priority 0 remembers the head it
-stepped over and starts past it while the head's targets stay full. What
+stepped over (in the pool's ``ClaimMemory``) and starts past it while the
+head's targets stay full. What
 every database must show is the same claims as before: a target that frees a
 place gets its oldest intent, and the full claim finds what lands below the
 head. PostgreSQL's tests show the rows the walk no longer reads, and that the
@@ -25,6 +26,7 @@ from django_intents.models import Intent
 from django_intents.rules.limits import Limit
 from django_intents.store import backend_for
 from django_intents.store.claims import ClaimFilters
+from django_intents.store.memory import ClaimMemory
 from django_intents.store.postgresql.heldhead import MAX_LEVELS, Level, advanced
 
 from .conftest import at
@@ -35,6 +37,14 @@ pytestmark = pytest.mark.django_db(transaction=True)
 KEY = ("limited", HOOK)
 FLOOR = at(-1)
 DEAD = "https://dead.example/"
+MEMORY = ClaimMemory()  # the claims' memory, as one pool's; each test starts from nothing
+
+
+@pytest.fixture(autouse=True)
+def memory() -> Iterator[ClaimMemory]:
+    global MEMORY
+    MEMORY = ClaimMemory()
+    yield MEMORY
 
 
 @pytest.fixture
@@ -49,16 +59,19 @@ def backend() -> object:
 
 def exact() -> None:
     """Make PostgreSQL's next claim its exact one, of priority 0 alone, as a
-    pool's claims are once a target is at its cap and nothing else is due."""
-    if connection.vendor == "postgresql":
-        b = backend()
-        b._tight[KEY] = time.monotonic() + 60
-        b._others_due[KEY] = False
+    pool's claims are once a target is at its cap and nothing else is due
+    (the other databases' claims ignore the memory)."""
+    MEMORY.tight[KEY] = time.monotonic() + 60
+    MEMORY.others_due[KEY] = False
 
 
 def claim(n: int, now: float, *, since: datetime | None = FLOOR) -> list[Intent]:
     exact()
-    return list(Intent.objects.claim_many(n, now=at(now), kinds=[HOOK], since=since, lease=600))
+    return list(
+        Intent.objects.claim_many(
+            n, now=at(now), kinds=[HOOK], since=since, lease=600, memory=MEMORY
+        )
+    )
 
 
 def dead_backlog() -> tuple[list[str], list[str]]:
@@ -73,7 +86,7 @@ def dead_backlog() -> tuple[list[str], list[str]]:
 
 def full_claim(now: float) -> None:
     """A pool's full claim, once a second, which finds the held-back head: rolled
-    back, so that only what the backend learnt from it stays."""
+    back, so that only what the claims' memory learnt from it stays."""
     with transaction.atomic():
         claim(1, now, since=None)
         transaction.set_rollback(True)
@@ -81,7 +94,7 @@ def full_claim(now: float) -> None:
 
 def stack() -> list[Level]:
     """The head the claims of the hook kind remember (one pool's, one entry)."""
-    [levels] = [v for k, v in backend()._held_heads.items() if k[1] == (HOOK,)] or [[]]
+    [levels] = [v for k, v in MEMORY.held_heads.items() if k[1] == (HOOK,)] or [[]]
     return levels
 
 
@@ -152,12 +165,13 @@ def postgresql_only(vendor: str) -> None:
         pytest.skip("the remembered head is PostgreSQL's exact claim")
 
 
-def rows_read_past(filters: ClaimFilters, now: float) -> int:
-    """The rows the claim's scans of the table read and dropped, from its own plan."""
+def rows_read_past(filters: ClaimFilters, now: float, memory: ClaimMemory | None = None) -> int:
+    """The rows the claim's scans of the table read and dropped, from its own plan
+    (with what ``memory``, by default the tests', remembers)."""
     b = backend()
     tail = {"salt": "salt", "until": b.dt(at(now + 600))}
     [(statement, params)] = b.candidate_queries(
-        now=at(now), limit=2, filters=filters, zero=True, tail=tail
+        now=at(now), limit=2, filters=filters, zero=True, tail=tail, memory=memory or MEMORY
     )
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + statement, params)
@@ -176,10 +190,8 @@ def test_postgresql_reads_a_dead_partners_backlog_once_not_on_every_claim(capped
     postgresql_only(vendor)
     dead, live = dead_backlog()
     filters = ClaimFilters(kinds=[HOOK], since=FLOOR, limits={HOOK: Limit(per_target=2)})
-    remembered = dict(backend()._held_heads)
-    backend()._held_heads.clear()
-    assert rows_read_past(filters, 61) >= 10  # nothing remembered: the walk reads them all
-    backend()._held_heads.update(remembered)
+    # Nothing remembered: the walk reads them all.
+    assert rows_read_past(filters, 61, ClaimMemory()) >= 10
     claim(1, 61)
     claim(1, 62)
     [level] = stack()
@@ -216,7 +228,9 @@ def test_postgresql_keeps_a_head_apart_for_each_set_of_kinds_claimed(capped, ven
     claim(1, 62)
     assert stack()[0].key[2] == live[1]  # past the free intent at(5)
     exact()
-    both = Intent.objects.claim_many(1, now=at(63), kinds=[HOOK, FREE], since=FLOOR, lease=600)
+    both = Intent.objects.claim_many(
+        1, now=at(63), kinds=[HOOK, FREE], since=FLOOR, lease=600, memory=MEMORY
+    )
     assert [i.id for i in both] == [free]
     assert pending_of(DEAD) == 10
 
@@ -227,18 +241,20 @@ def test_postgresql_a_full_claim_says_where_the_first_due_intent_is(capped, vend
     postgresql_only(vendor)
     dead, live = dead_backlog()
     exact()
-    taken = Intent.objects.claim_many(1, now=at(61), kinds=[HOOK], lease=600)
+    taken = Intent.objects.claim_many(1, now=at(61), kinds=[HOOK], lease=600, memory=MEMORY)
     assert [i.id for i in taken] == live[:1]
     # dead[0], running: should its lease expire, it is due again in its old place.
     assert taken.held_back and taken.oldest_due == at(0)
     exact()
-    floored = Intent.objects.claim_many(1, now=at(62), kinds=[HOOK], since=FLOOR, lease=600)
+    floored = Intent.objects.claim_many(
+        1, now=at(62), kinds=[HOOK], since=FLOOR, lease=600, memory=MEMORY
+    )
     assert floored.held_back and floored.oldest_due is None  # it did not look below the floor
     for intent in Intent.objects.filter(state="running"):
         assert Intent.objects.complete(intent.id, intent.claim_token, now=at(63))
     Intent.objects.filter(state="pending").delete()
     exact()
-    nothing = Intent.objects.claim_many(1, now=at(64), kinds=[HOOK], lease=600)
+    nothing = Intent.objects.claim_many(1, now=at(64), kinds=[HOOK], lease=600, memory=MEMORY)
     assert list(nothing) == [] and nothing.oldest_due == at(64)
 
 
@@ -250,7 +266,6 @@ def test_postgresql_claims_the_same_with_and_without_the_remembered_head(vendor)
     chance = random.Random(15)
     targets = [f"https://p{i}.example/" for i in range(5)]
     clock = 0.0
-    b = backend()
     with limits(per_target=2, running=7):
         enqueue([chance.choice(targets) for _ in range(40)])
         for step in range(60):
@@ -270,13 +285,13 @@ def test_postgresql_claims_the_same_with_and_without_the_remembered_head(vendor)
             if step % 4 == 0:
                 full_claim(clock)
             n = chance.randint(1, 4)
-            remembered = dict(b._held_heads)
+            remembered = dict(MEMORY.held_heads)
             with transaction.atomic():
-                b._held_heads.clear()
+                MEMORY.held_heads.clear()
                 without = [i.id for i in claim(n, clock)]
                 transaction.set_rollback(True)
-            b._held_heads.clear()
-            b._held_heads.update(remembered)
+            MEMORY.held_heads.clear()
+            MEMORY.held_heads.update(remembered)
             with_head = [i.id for i in claim(n, clock)]
             assert with_head == without, f"step {step}: the remembered head changed the claim"
             assert len(stack()) <= MAX_LEVELS

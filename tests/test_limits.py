@@ -26,6 +26,7 @@ from django_intents.models import Intent
 from django_intents.observability import metrics
 from django_intents.rules.limits import Limit, held_back
 from django_intents.store.claims import ClaimFilters
+from django_intents.store.memory import ClaimMemory
 from django_intents.store.statements import bind
 
 from .conftest import at, external_kinds, intents
@@ -270,10 +271,11 @@ def test_postgresql_claims_plainly_while_there_is_room_and_exactly_when_short(ve
         pytest.skip("the plain claim with room is PostgreSQL's; elsewhere one claim counts")
     ids = enqueue(["a", "a", "a", "b", "c"])
     statements: list[str] = []
+    memory = ClaimMemory()  # a pool's: what its claims remember between turns
 
     def claim() -> list[str]:
         with CaptureQueriesContext(connection) as queries:
-            claimed = Intent.objects.claim_many(1, now=at(60), since=at(0))
+            claimed = Intent.objects.claim_many(1, now=at(60), since=at(0), memory=memory)
         statements.append(" ".join(q["sql"] for q in queries.captured_queries))
         return [i.id for i in claimed]
 

@@ -15,6 +15,7 @@ from django.test import override_settings
 
 from django_intents.models import Intent
 from django_intents.store import ClaimFilters, backend_for
+from django_intents.store.memory import ClaimMemory
 from django_intents.worker.floor import ClaimFloor
 
 from .conftest import T0, at, branch_plan, intents, row, snapshot
@@ -131,9 +132,10 @@ def test_a_thousand_earlier_low_priority_intents_do_not_delay_a_high_one_beyond_
 
 def test_a_claim_without_a_floor_always_takes_the_exact_priority_order():
     zeros = [put(f"zero-{i}", due=i / 10) for i in range(5)]
-    Intent.objects.claim_many(2, now=at(1), since=T0)  # whatever a pool did before
+    memory = ClaimMemory()
+    Intent.objects.claim_many(2, now=at(1), since=T0, memory=memory)  # whatever a pool did before
     high = put("high", 1, due=0.5)
-    assert claimed_ids(1, 1) == [high]
+    assert claimed_ids(1, 1, memory=memory) == [high]
     assert {row(id).state for id in zeros[2:]} == {"pending"}
 
 
@@ -146,15 +148,16 @@ def test_a_pool_claims_priority_zero_with_the_plain_statement_until_told_or_run_
         pytest.skip("SQLite and MariaDB claim every branch in one cheap statement")
     from django.test.utils import CaptureQueriesContext
 
-    backend = backend_for(connection, Intent)
+    memory = ClaimMemory()  # a pool's: what its claims remember between turns
     zeros = [put(f"zero-{i}", due=i / 10) for i in range(6)]
 
     def claim() -> tuple[list[str], str]:
         with CaptureQueriesContext(connection) as queries:
-            ids = claimed_ids(2, 1, since=T0)
+            ids = claimed_ids(2, 1, since=T0, memory=memory)
         return ids, " ".join(q["sql"] for q in queries)
 
-    claim()  # every branch (or the plain claim, after an earlier test), then the plain claim
+    ids, sql = claim()  # every branch (nothing learned yet), then the plain claim
+    assert ids == zeros[:2] and "branch_high" in sql
     ids, sql = claim()
     assert ids == zeros[2:4] and "branch_high" not in sql
     high = put("high", 5, due=0.9)
@@ -172,11 +175,30 @@ def test_a_pool_claims_priority_zero_with_the_plain_statement_until_told_or_run_
     ids, sql = claim()  # and none since: the plain claim
     assert ids == more[:2] and "branch_high" not in sql
     urgent = put("urgent", 9, due=0.99)
-    backend.others_due(KIND)  # what the listener does when PostgreSQL names the kind
+    memory.hint(KIND)  # what the listener does when PostgreSQL names the kind
     ids, sql = claim()
     assert ids == [urgent, more[2]] and "branch_high" in sql
     ids, sql = claim()  # that took one of another priority: every branch again, finding none
     assert ids == [] and "branch_high" in sql
+
+
+def test_a_claim_without_a_pools_memory_has_learned_nothing_and_walks_every_branch(vendor):
+    """What a pool's claims learn is the pool's (``ClaimMemory``), not the store's:
+    a caller's claim, or another pool's, takes the full claim of every branch."""
+    if vendor != "postgresql":
+        pytest.skip("SQLite and MariaDB claim every branch in one cheap statement")
+    from django.test.utils import CaptureQueriesContext
+
+    memory = ClaimMemory()
+    zeros = [put(f"zero-{i}", due=i / 10) for i in range(4)]
+    assert claimed_ids(1, 1, since=T0, memory=memory) == zeros[:1]
+    assert memory.others_due == {None: False}  # the pool's next claim is the plain one
+    with CaptureQueriesContext(connection) as queries:
+        assert claimed_ids(1, 1, since=T0) == zeros[1:2]
+    assert "branch_high" in queries[-1]["sql"]
+    with CaptureQueriesContext(connection) as queries:
+        assert claimed_ids(1, 1, since=T0, memory=memory) == zeros[2:3]
+    assert "branch_high" not in queries[-1]["sql"]
 
 
 def test_a_listener_hint_that_arrives_during_a_claim_is_not_cleared_by_it(vendor):
@@ -188,21 +210,21 @@ def test_a_listener_hint_that_arrives_during_a_claim_is_not_cleared_by_it(vendor
         pytest.skip("SQLite and MariaDB claim every branch in one statement; no hint")
     from django.test.utils import CaptureQueriesContext
 
-    backend = backend_for(connection, Intent)
+    memory = ClaimMemory()
     zeros = [put(f"zero-{i}", due=i / 10) for i in range(4)]
-    claimed_ids(2, 1, since=T0)  # every branch or the plain claim: priority 0 only
+    claimed_ids(2, 1, since=T0, memory=memory)  # every branch: priority 0 only
     urgent = put("urgent", 9, due=0.9)
 
     def hint_during(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
         result = execute(sql, params, many, context)
-        backend.others_due(KIND)  # the NOTIFY, heard before the claim has returned
+        memory.hint(KIND)  # the NOTIFY, heard before the claim has returned
         return result
 
     with connection.execute_wrapper(hint_during), CaptureQueriesContext(connection) as queries:
-        taken = claimed_ids(2, 1, since=T0)
+        taken = claimed_ids(2, 1, since=T0, memory=memory)
     assert taken == zeros[2:] and "branch_high" not in queries[-1]["sql"]
     with CaptureQueriesContext(connection) as queries:
-        assert claimed_ids(2, 1, since=T0) == [urgent]
+        assert claimed_ids(2, 1, since=T0, memory=memory) == [urgent]
     assert "branch_high" in queries[-1]["sql"]
     assert {row(id).state for id in [*zeros, urgent]} == {"running"}
 
@@ -217,24 +239,24 @@ def test_an_enqueue_of_another_priority_is_heard_by_a_listening_pool(vendor):
 
     from django_intents.worker.wakeup import Listener
 
-    backend: Any = backend_for(connection, Intent)
+    memory = ClaimMemory()
     key = (KIND,)
     woken = threading.Event()
-    listener = Listener(using="default", kinds=[KIND], wake=woken.set)
+    listener = Listener(using="default", kinds=[KIND], wake=woken.set, on_priority=memory.hint)
     listener.start()
     try:
         assert listener.listening.wait(10)
-        backend._others_due[key] = False
+        memory.others_due[key] = False
         put("plain")
         assert woken.wait(10)
-        assert backend._others_due[key] is False  # priority 0 tells nothing
+        assert memory.others_due[key] is False  # priority 0 tells nothing
         woken.clear()
         put("urgent", 9)
         assert woken.wait(10)
         deadline = time.monotonic() + 10
-        while backend._others_due[key] is not True and time.monotonic() < deadline:
+        while memory.others_due[key] is not True and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert backend._others_due[key] is True
+        assert memory.others_due[key] is True
     finally:
         listener.stop()
     assert Intent.objects.filter(state="pending").count() == 2
@@ -347,15 +369,17 @@ def test_a_limited_claim_walks_the_other_priorities_only_after_one_was_seen_due(
 
     declared = [*intents().get("EXTERNAL_KINDS", ())]
     settings = intents(EXTERNAL_KINDS=declared, LIMITS={KIND: {"running": 3}})
+    memory = ClaimMemory()
 
     def claim(now: float) -> tuple[list[str], str]:
         with CaptureQueriesContext(connection) as queries:
-            ids = claimed_ids(5, now, lease=600)
+            ids = claimed_ids(5, now, lease=600, memory=memory)
         return ids, " ".join(q["sql"] for q in queries)
 
     with override_settings(INTENTS=settings):
         zeros = [put(f"zero-{i}", due=i / 10) for i in range(3)]
-        claim(1)  # every branch, or priority 0 alone: it depends on the claims before
+        ids, sql = claim(1)  # nothing learned yet: every branch
+        assert ids == zeros and "branch_high" in sql
         Intent.objects.filter(pk__in=zeros).update(
             state="pending", claim_token="", claim_until=None
         )

@@ -385,7 +385,7 @@ def test_every_database_defines_the_same_statements_for_the_shared_verbs():
         "rollup_add",
     }
     own = {
-        "sqlite": {"claim_update", "begin_immediate", "commit", "rollback"},
+        "sqlite": {"claim_update", "begin_immediate", "commit", "rollback", "data_version"},
         "mysql": {
             "clock",
             "claim_update",
@@ -397,6 +397,9 @@ def test_every_database_defines_the_same_statements_for_the_shared_verbs():
         },
         "postgresql": {
             "clock",
+            "listen",
+            "listen_priority",
+            "notify",
             "insert_json",
             "claim_zero",
             "notify_kinds",

@@ -26,11 +26,13 @@ from django_intents import Stop, signals
 from django_intents.maintenance import retention
 from django_intents.managers import IntentManager
 from django_intents.models import Intent
+from django_intents.store import backend_for
 from django_intents.store.clock import server_now
+from django_intents.store.wakeups import LISTEN, WATCH
 from django_intents.worker import demand, housekeeping
 from django_intents.worker.pool import WorkerPool
 from django_intents.worker.shutdown import Shutdown
-from django_intents.worker.wakeup import Listener, listen_supported
+from django_intents.worker.wakeup import CommitWatcher, Listener
 
 from .conftest import external_kinds, intents, row
 from .workerutil import wait_for
@@ -395,7 +397,23 @@ def test_without_retention_the_pool_never_prunes(background, fake_retention):
 
 
 def test_listen_is_used_exactly_on_postgresql():
-    assert listen_supported(connection) is (connection.vendor == "postgresql")
+    wakeup = backend_for(connection, Intent).wakeup()
+    assert (wakeup.how == LISTEN) is (connection.vendor == "postgresql")
+
+
+@pytest.mark.skipif(connection.vendor != "sqlite", reason="the commit watch is SQLite's")
+def test_a_commit_of_another_connection_wakes_the_commit_watcher():
+    assert backend_for(connection, Intent).wakeup().how == WATCH  # a file, not :memory:
+    woken = threading.Event()
+    watcher = CommitWatcher(using="default", wake=woken.set)
+    watcher.start()
+    try:
+        time.sleep(0.1)  # its first look
+        assert not woken.is_set()
+        enqueue("p.mine")
+        assert woken.wait(5), "the commit went unseen"
+    finally:
+        watcher.stop()
 
 
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="LISTEN/NOTIFY is PostgreSQL's")

@@ -13,8 +13,6 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.AddField(
-            model_name="intent",
-            name="last_traceback",
-            field=models.TextField(blank=True, default="", db_default=""),
+            "intent", "last_traceback", models.TextField(blank=True, default="", db_default="")
         ),
     ]

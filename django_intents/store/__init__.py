@@ -1,8 +1,10 @@
 """The SQL of django-intents behind one interface (``base.Backend``): a module per
 database, and its named statements in ``sql/<vendor>.sql`` (``statements.py``).
 
-``backend_for`` picks the module by the connection's vendor, the only place
-outside the backends (and PostgreSQL's LISTEN) that asks which database it is.
+``backend_for`` picks the module by the connection's vendor: no module
+outside the store asks which database it is. What the pool needs to know of
+its database the backend says (``claims_skip_locked``, ``wakeup``), and a
+pool's claims remember what they learn in the pool's own ``ClaimMemory``.
 Modules are imported by name, as Django loads its own database backends, so
 a project without psycopg or mysqlclient never imports them.
 """
@@ -20,6 +22,7 @@ from django.utils.module_loading import import_string
 
 from django_intents.store.base import NOTIFY_CHANNEL, Backend
 from django_intents.store.claims import ClaimFilters
+from django_intents.store.memory import ClaimMemory
 from django_intents.store.statements import standalone
 
 if TYPE_CHECKING:
@@ -31,7 +34,7 @@ BACKENDS = {
     "mysql": "django_intents.store.mysql.MySQLBackend",
 }
 
-__all__ = ["NOTIFY_CHANNEL", "Backend", "ClaimFilters", "backend_for", "read_clock"]
+__all__ = ["NOTIFY_CHANNEL", "Backend", "ClaimFilters", "ClaimMemory", "backend_for", "read_clock"]
 
 
 def backend_for(connection: BaseDatabaseWrapper, model: type[Model]) -> Backend:

@@ -16,7 +16,7 @@ from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from django.db import connections, transaction
+from django.db import NotSupportedError, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from django_intents.store.claims import (
@@ -28,14 +28,16 @@ from django_intents.store.claims import (
 )
 from django_intents.store.endings import Ending, Finished
 from django_intents.store.limited import claim as limited_claim
+from django_intents.store.memory import ClaimMemory
 from django_intents.store.rows import hydrate, take, to_values
 from django_intents.store.statements import bind, spread
 from django_intents.store.table import Table, claim_params
+from django_intents.store.wakeups import POLL, CommitWatch, Listening, Wakeup
 
 if TYPE_CHECKING:
     from django.db.models import Model
 
-# PostgreSQL's channels: new due work, and of another priority than 0 (wakeup.py).
+# PostgreSQL's channels: new due work, and of another priority than 0 (postgresql/listen.py).
 NOTIFY_CHANNEL, PRIORITY_CHANNEL = "django_intents", "django_intents_priority"
 
 __all__ = [
@@ -79,6 +81,32 @@ class Backend:
     def cursor(self) -> Any:
         return self.connection.cursor()
 
+    # -- what a pool may count on ------------------------------------------------
+
+    @property
+    def claims_skip_locked(self) -> bool:
+        """Whether claims skip the rows other claims lock: then claims and writes
+        need not wait for each other, and a second writer may work meanwhile.
+        Without it (SQLite: one writer) a pool looks (``has_due``) before it
+        claims, so that an idle pool does not take the write lock for nothing."""
+        return bool(self.connection.features.has_select_for_update_skip_locked)
+
+    def wakeup(self) -> Wakeup:
+        """How a pool can be woken here (``wakeups.py``); by default it polls."""
+        return Wakeup(POLL)
+
+    def listen(self, connection: BaseDatabaseWrapper) -> Listening:
+        """Listen for new due work on ``connection``, an open one of the listener's own."""
+        raise NotSupportedError(f"{self.vendor} has no LISTEN")
+
+    def notify(self, connection: BaseDatabaseWrapper, payload: str) -> None:
+        """Send ``payload`` to the listeners through ``connection``, as enqueue notifies."""
+        raise NotSupportedError(f"{self.vendor} has no NOTIFY")
+
+    def watch_commits(self, connection: BaseDatabaseWrapper) -> CommitWatch:
+        """Watch other connections' commits on ``connection``, an open one of the watch's own."""
+        raise NotSupportedError(f"{self.vendor} cannot watch commits")
+
     def dt(self, value: datetime) -> Any:
         return self.connection.ops.adapt_datetimefield_value(value)
 
@@ -100,10 +128,12 @@ class Backend:
         limit: int,
         filters: ClaimFilters,
         complete: list[tuple[str, str]] | None = None,
+        memory: ClaimMemory | None = None,
     ) -> Claims[Claimed]:
         """Complete ``complete`` (``claims.Riders``), then claim up to ``limit``
-        due intents in claim order, in one transaction (``claim_asked``)."""
-        return self.claim_asked(Ask(now, until, limit, filters, complete or []))
+        due intents in claim order, in one transaction (``claim_asked``);
+        ``memory`` is a pool's (``memory.py``)."""
+        return self.claim_asked(Ask(now, until, limit, filters, complete or [], memory))
 
     def claim_asked(self, ask: Ask) -> Claims[Claimed]:
         """By default the due rows are selected (``claim``), then updated by primary

@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from django_intents.rules.limits import Limit
+from django_intents.store.memory import ClaimMemory
 
 if TYPE_CHECKING:
     from django_intents.rules.intent import IntentRow
@@ -30,13 +31,15 @@ class ClaimFilters:
 @dataclass(frozen=True)
 class Ask:
     """One claim as the manager asked it: up to ``limit`` due intents at ``now``,
-    leased until ``until``, after completing ``complete`` (``Riders``)."""
+    leased until ``until``, after completing ``complete`` (``Riders``), with
+    what the pool's claims remember (``memory``; ``None``: nothing learned)."""
 
     now: datetime
     until: datetime
     limit: int
     filters: ClaimFilters
     complete: list[tuple[str, str]] = field(default_factory=list)
+    memory: ClaimMemory | None = None
 
 
 Claimed = tuple["IntentRow", datetime | None]  # the intent, and the lease it took over, if any

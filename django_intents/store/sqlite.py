@@ -12,9 +12,12 @@ from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
+from django.db.backends.base.base import BaseDatabaseWrapper
+
 from django_intents.store.base import Backend
 from django_intents.store.endings import Ending, Finished
 from django_intents.store.statements import spread
+from django_intents.store.wakeups import POLL, WATCH, Wakeup
 
 
 class SQLiteBackend(Backend):
@@ -26,6 +29,16 @@ class SQLiteBackend(Backend):
     """
 
     vendor = "sqlite"
+
+    def wakeup(self) -> Wakeup:
+        """A file's commits can be watched (``CommitWatch``); an in-memory
+        database has no other connection to commit."""
+        if self.connection.is_in_memory_db():  # type: ignore[attr-defined]
+            return Wakeup(POLL)
+        return Wakeup(WATCH)
+
+    def watch_commits(self, connection: BaseDatabaseWrapper) -> CommitWatch:
+        return CommitWatch(connection, self.sql.data_version)
 
     def finish_many(self, endings: Sequence[Ending], *, now: datetime) -> list[Finished]:
         """Apply a batch of fenced retries, cancellations and releases; return what moved."""
@@ -62,3 +75,23 @@ class SQLiteBackend(Backend):
                 cursor.execute(self.sql.rollback)
                 raise
             cursor.execute(self.sql.commit)
+
+
+class CommitWatch:
+    """SQLite counts commits: ``PRAGMA data_version`` changes when another
+    connection has committed, and reading it takes no lock."""
+
+    def __init__(self, connection: BaseDatabaseWrapper, statement: str) -> None:
+        self._raw: Any = connection.connection
+        self._statement = statement
+        self._seen = self._version()
+
+    def changed(self) -> bool:
+        version = self._version()
+        if version == self._seen:
+            return False
+        self._seen = version
+        return True
+
+    def _version(self) -> Any:
+        return self._raw.execute(self._statement).fetchone()[0]

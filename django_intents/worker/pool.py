@@ -39,7 +39,9 @@ from django_intents.handlers import Handler
 from django_intents.models import Intent
 from django_intents.rules.validation import check_pool
 from django_intents.signals import Outcome
+from django_intents.store import backend_for
 from django_intents.store.clock import server_now
+from django_intents.store.memory import ClaimMemory
 from django_intents.worker import log
 from django_intents.worker.demand import ClaimGroup, claim_groups
 from django_intents.worker.drain import Drain
@@ -120,6 +122,8 @@ class WorkerPool:
         )
 
         self._manager = Intent.objects.db_manager(self._using)
+        # What the pool's claims learn from each other, and the listener's hints.
+        self._memory = ClaimMemory()
         self._alarm = Alarm()
         self._jobs = LocalQueue()
         self._finished: Finished = queue.SimpleQueue()
@@ -168,7 +172,12 @@ class WorkerPool:
         if self._eventloop is not None:
             self._eventloop.start()
         try:
-            self._waker = start_waker(using=self._using, kinds=self._kinds, wake=self._alarm.ring)
+            self._waker = start_waker(
+                using=self._using,
+                kinds=self._kinds,
+                wake=self._alarm.ring,
+                on_priority=self._memory.hint,
+            )
             # Handled before the start line: whoever waits for it may stop us at once.
             with self._shutdown.signals_handled(self._handle_signals):
                 log_start(
@@ -291,9 +300,9 @@ class WorkerPool:
             return None
         sent = time.monotonic()
         if self._probe_first is None:
-            features = connections[self._using].features
-            self._probe_first = not features.has_select_for_update_skip_locked
-            # The same feature says whether a second writer can work meanwhile.
+            backend = backend_for(connections[self._using], Intent)
+            self._probe_first = not backend.claims_skip_locked
+            # The same capability says whether a second writer can work meanwhile.
             self._recorder.threaded = not self._probe_first
         floor = group.floor
         since, now = floor.since(), server_now(self._manager.db)
@@ -307,7 +316,13 @@ class WorkerPool:
                 return self._drained_below(since)
         intents, completed = self._recorder.claiming(
             lambda done: self._manager.claim_many(
-                free, now=now, lease=self._lease, kinds=group.kinds, since=since, complete=done
+                free,
+                now=now,
+                lease=self._lease,
+                kinds=group.kinds,
+                since=since,
+                complete=done,
+                memory=self._memory,
             ),
             ride=group.limited,
         )

@@ -16,6 +16,7 @@ from django.db import DatabaseError, connections
 from django_intents.handlers import Handler, describe, known_kinds
 from django_intents.models import Intent
 from django_intents.rules import states
+from django_intents.store import backend_for
 from django_intents.store.clock import server_now
 from django_intents.worker import log
 from django_intents.worker.execution import is_async
@@ -50,7 +51,7 @@ def log_start(
         "starting %s on %s database %r (alias %r); kinds: %s; lease %g s, "
         "renewed every %g s; wake-ups: %spolling every %g s; shutdown grace %g s%s",
         " and ".join(sizes),
-        connection.vendor,
+        backend_for(connection, Intent).vendor,
         str(connection.settings_dict.get("NAME", "")),
         using,
         kinds,

@@ -1,48 +1,46 @@
-"""How an idle pool is woken: a self-pipe alarm, and PostgreSQL ``LISTEN``.
+"""How an idle pool is woken: a self-pipe alarm, and the threads that ring it.
 
 The pool's loop sleeps in ``select()`` on one end of a socket pair. Anything
 that may have made work available rings it: a worker thread that finished (a
-slot is free), the listener below (an intent was enqueued), a signal handler
-(shut down). Writing one byte to a socket is safe from a signal handler, where
-``threading.Event.set()`` could deadlock on a lock the interrupted code holds.
+slot is free), the listener or the commit watcher below (an intent may have
+been enqueued), a signal handler (shut down). Writing one byte to a socket is
+safe from a signal handler, where ``threading.Event.set()`` could deadlock on
+a lock the interrupted code holds.
 
-On PostgreSQL, enqueue, ``retry_now`` and ``release`` run ``pg_notify`` in their
-own statement, so the notification is delivered when that transaction commits
-and never for a rolled-back enqueue. The listener holds a connection of its
-own (``LISTEN`` is per session, and the pool's connections are closed and
-reopened between iterations), so an idle pool starts new work within
-milliseconds instead of at its next poll. Behind a pooler in transaction mode
-a session is not a connection, and a LISTEN there hears nothing: the listener
-connects through ``INTENTS["LISTEN_DATABASE"]`` when it is set, and at
-start-up sends itself a NOTIFY the way enqueue does; if none arrives, it says
-so once and leaves the pool to polling.
+The store says how its database can wake a pool (``Backend.wakeup``). Where
+it notifies (``LISTEN``), the listener holds a session on a connection of its
+own (the pool's connections are closed and reopened between iterations), so
+an idle pool starts new work within milliseconds instead of at its next poll.
+Behind a pooler in transaction mode a session is not a connection, and a
+LISTEN there hears nothing: the listener connects through
+``INTENTS["LISTEN_DATABASE"]`` when it is set, and at start-up sends itself a
+NOTIFY the way enqueue does; if none arrives, it says so once and leaves the
+pool to polling.
 
-SQLite has no notifications, but it counts commits: ``PRAGMA data_version``
-changes when another connection has committed, and reading it takes no lock.
-The commit watcher reads it every few milliseconds on a connection of its own
-and rings the alarm on a change; the pool then looks (``has_due``, a read)
-before it claims, so an idle pool still never takes the write lock for nothing.
+Where commits can be watched (``WATCH``), the commit watcher looks every few
+milliseconds on a connection of its own and rings the alarm on a change; the
+pool then looks (``has_due``, a read) before it claims, so an idle pool still
+never takes the write lock for nothing.
 """
 
 from __future__ import annotations
 
 import contextlib
-import inspect
 import secrets
 import select
 import socket
 import threading
 import time
 from collections.abc import Callable, Collection
-from typing import Any
 
-from django.apps import apps
 from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from django_intents.conf import get_settings
+from django_intents.models import Intent
 from django_intents.store import backend_for
-from django_intents.store.base import NOTIFY_CHANNEL, PRIORITY_CHANNEL
+from django_intents.store.base import NOTIFY_CHANNEL, Backend
+from django_intents.store.wakeups import LISTEN, WATCH, Listening
 from django_intents.worker import log
 
 STOP_PAYLOAD = "django-intents-listener-stop"  # not a kind: every listener ignores it
@@ -87,19 +85,6 @@ class Alarm:
         self._write.close()
 
 
-def listen_supported(connection: BaseDatabaseWrapper) -> bool:
-    """Whether ``connection`` can deliver notifications: PostgreSQL with psycopg >= 3.2."""
-    if connection.vendor != "postgresql":
-        return False
-    from django.db.backends.postgresql.psycopg_any import is_psycopg3
-
-    if not is_psycopg3:
-        return False
-    import psycopg
-
-    return "timeout" in inspect.signature(psycopg.Connection.notifies).parameters
-
-
 class Waker:
     """A daemon thread that calls ``wake`` when work may have arrived; ``stop()`` ends it."""
 
@@ -108,6 +93,7 @@ class Waker:
 
     def __init__(self, *, using: str, wake: Callable[[], None]) -> None:
         self._using = using
+        self._backend: Backend = backend_for(connections[using], Intent)
         self._wake = wake
         self._stopped = threading.Event()
         # Set once a LISTEN on the queue's own alias heard a NOTIFY: a session
@@ -127,18 +113,39 @@ class Waker:
     def _run(self) -> None:
         raise NotImplementedError
 
+    def _connect(self, alias: str) -> BaseDatabaseWrapper:
+        """Open a connection with the alias's settings, but never from a pool.
 
-def start_waker(*, using: str, kinds: Collection[str], wake: Callable[[], None]) -> Waker | None:
-    """Start the wake-ups this database offers; ``None`` leaves the pool to polling alone."""
-    connection = connections[using]
+        A pooled connection would go back to the pool still listening.
+        """
+        base = connections[alias]
+        options = {k: v for k, v in base.settings_dict.get("OPTIONS", {}).items() if k != "pool"}
+        wrapper: BaseDatabaseWrapper = type(base)({**base.settings_dict, "OPTIONS": options}, alias)
+        wrapper.ensure_connection()
+        return wrapper
+
+
+def start_waker(
+    *,
+    using: str,
+    kinds: Collection[str],
+    wake: Callable[[], None],
+    on_priority: Callable[[str], None] | None = None,
+) -> Waker | None:
+    """Start the wake-ups this database offers; ``None`` leaves the pool to polling alone.
+
+    ``on_priority`` is told each kind whose intents of another priority than 0
+    became due, where the database says so.
+    """
+    wakeup = backend_for(connections[using], Intent).wakeup()
     waker: Waker
-    if commit_watch_supported(connection):
+    if wakeup.how == WATCH:
         waker = CommitWatcher(using=using, wake=wake)
-    elif listen_supported(connection):
-        waker = Listener(using=using, kinds=kinds, wake=wake)
+    elif wakeup.how == LISTEN:
+        waker = Listener(using=using, kinds=kinds, wake=wake, on_priority=on_priority)
     else:
-        if connection.vendor == "postgresql":
-            log.warning("LISTEN/NOTIFY needs psycopg >= 3.2; polling only")
+        if wakeup.why:
+            log.warning("%s; polling only", wakeup.why)
         return None
     waker.start()
     return waker
@@ -147,9 +154,9 @@ def start_waker(*, using: str, kinds: Collection[str], wake: Callable[[], None])
 class Listener(Waker):
     """``LISTEN`` on a dedicated connection and call ``wake`` for the pool's kinds.
 
-    A notification on PRIORITY_CHANNEL also tells the pool's claims that an
-    intent of another priority than 0 is due, so that its next claim takes it
-    instead of more of priority 0 (``PostgreSQLBackend.claim_by_priority``).
+    A notification of another priority also calls ``on_priority`` with the
+    kind: an intent of another priority than 0 is due, and the pool's next
+    claim takes it instead of more of priority 0 (``ClaimMemory.hint``).
 
     A lost connection is reopened with backoff; until it is, the pool's
     polling still finds every intent, only later.
@@ -175,9 +182,11 @@ class Listener(Waker):
         kinds: Collection[str],
         wake: Callable[[], None],
         listen: str | None = None,
+        on_priority: Callable[[str], None] | None = None,
     ) -> None:
         super().__init__(using=using, wake=wake)
         self._kinds = frozenset(kinds)
+        self._on_priority = on_priority
         self._listen = listen or get_settings().listen_database or using
         self._proven = False
         self.listening = threading.Event()
@@ -189,10 +198,8 @@ class Listener(Waker):
             wrapper = None
             try:
                 wrapper = self._connect(self._listen)
-                with wrapper.cursor() as cursor:
-                    for channel in (NOTIFY_CHANNEL, PRIORITY_CHANNEL):
-                        cursor.execute(f"LISTEN {wrapper.ops.quote_name(channel)}")
-                if not self._proven and not self._notify_arrives(wrapper.connection):
+                session = self._backend.listen(wrapper)
+                if not self._proven and not self._notify_arrives(session):
                     self._fall_back()
                     return
                 self._proven = True
@@ -206,7 +213,7 @@ class Listener(Waker):
                 delay, failed = 0.5, False
                 # Anything enqueued while nobody listened is found by this wake-up.
                 self._wake()
-                self._receive(wrapper.connection)
+                self._receive(session)
             except Exception as exc:  # a listener must outlive any error: polling covers
                 failed = True
                 if self._stopped.is_set():
@@ -237,33 +244,32 @@ class Listener(Waker):
         connection = connections[self._using]
         # Only on a connection already open: a stop after an outage must not connect.
         if self._thread.is_alive() and connection.connection is not None:
-            with contextlib.suppress(Exception), connection.cursor() as cursor:
-                cursor.execute("SELECT pg_notify(%s, %s)", [NOTIFY_CHANNEL, STOP_PAYLOAD])
+            with contextlib.suppress(Exception):
+                self._backend.notify(connection, STOP_PAYLOAD)
         super().stop(timeout)
 
-    def _receive(self, raw: Any) -> None:
+    def _receive(self, session: Listening) -> None:
         while not self._stopped.is_set():
-            for notification in raw.notifies(timeout=self.WAIT):
+            for notification in session.receive(timeout=self.WAIT):
                 if self._stopped.is_set():
                     return
                 if notification.payload not in self._kinds:
                     continue
-                if notification.channel == PRIORITY_CHANNEL:
-                    self._prioritized(notification.payload)
+                if notification.prioritized and self._on_priority is not None:
+                    self._on_priority(notification.payload)
                 self._wake()
 
-    def _notify_arrives(self, raw: Any) -> bool:
+    def _notify_arrives(self, session: Listening) -> bool:
         """Send a NOTIFY through the queue's alias, as enqueue does; wait for it here."""
         token = f"django-intents-self-test-{secrets.token_hex(8)}"
         sender = self._connect(self._using)
         try:
-            with sender.cursor() as cursor:
-                cursor.execute("SELECT pg_notify(%s, %s)", [NOTIFY_CHANNEL, token])
+            self._backend.notify(sender, token)
         finally:
             sender.close()
         deadline = time.monotonic() + self.SELF_TEST
         while not self._stopped.is_set() and (left := deadline - time.monotonic()) > 0:
-            for notification in raw.notifies(timeout=min(left, self.WAIT)):
+            for notification in session.receive(timeout=min(left, self.WAIT)):
                 if notification.payload == token:
                     return True
                 if notification.payload in self._kinds:
@@ -288,34 +294,9 @@ class Listener(Waker):
         )
         self.fell_back.set()
 
-    def _prioritized(self, kind: str) -> None:
-        """An intent of ``kind`` at another priority than 0 is due: tell the claims
-        (``PostgreSQLBackend.others_due``), which walk every priority from the next on."""
-        intent = apps.get_model("django_intents", "Intent")
-        backend: Any = backend_for(connections[self._using], intent)
-        backend.others_due(kind)
-
-    def _connect(self, alias: str) -> BaseDatabaseWrapper:
-        """Open a connection with the alias's settings, but never from a pool.
-
-        A pooled connection would go back to the pool still listening.
-        """
-        base = connections[alias]
-        options = {k: v for k, v in base.settings_dict.get("OPTIONS", {}).items() if k != "pool"}
-        wrapper: BaseDatabaseWrapper = type(base)({**base.settings_dict, "OPTIONS": options}, alias)
-        wrapper.ensure_connection()
-        return wrapper
-
-
-def commit_watch_supported(connection: BaseDatabaseWrapper) -> bool:
-    """Whether :class:`CommitWatcher` can see other processes' commits: an SQLite file."""
-    if connection.vendor != "sqlite":
-        return False
-    return not connection.is_in_memory_db()  # type: ignore[attr-defined]
-
 
 class CommitWatcher(Waker):
-    """SQLite: call ``wake`` when another connection commits to the database.
+    """Call ``wake`` when another connection commits to the database (``Backend.watch_commits``).
 
     Any commit counts, not only an enqueue, so ``wake`` is called at most once
     per ``INTERVAL``; a busy application costs the pool one index lookup per
@@ -327,16 +308,12 @@ class CommitWatcher(Waker):
     INTERVAL = 0.005
 
     def _run(self) -> None:
-        base = connections[self._using]
-        wrapper: BaseDatabaseWrapper = type(base)(dict(base.settings_dict), self._using)
+        wrapper = None
         try:
-            wrapper.ensure_connection()
-            raw = wrapper.connection
-            seen = raw.execute("PRAGMA data_version").fetchone()[0]
+            wrapper = self._connect(self._using)
+            watch = self._backend.watch_commits(wrapper)
             while not self._stopped.wait(self.INTERVAL):
-                version = raw.execute("PRAGMA data_version").fetchone()[0]
-                if version != seen:
-                    seen = version
+                if watch.changed():
                     self._wake()
         except Exception as exc:  # polling still finds every intent, only later
             log.warning(
@@ -345,5 +322,6 @@ class CommitWatcher(Waker):
                 " ".join(str(exc).split()),
             )
         finally:
-            with contextlib.suppress(Exception):
-                wrapper.close()
+            if wrapper is not None:
+                with contextlib.suppress(Exception):
+                    wrapper.close()

@@ -13,15 +13,18 @@ from datetime import datetime
 from typing import Any
 
 from django.db import transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
 
 from django_intents.rules.states import State
 from django_intents.store.base import Backend, Ending, Finished
 from django_intents.store.claims import Ask, Claimed, ClaimFilters, Claims, Riders, claim_order
+from django_intents.store.memory import ClaimMemory
+from django_intents.store.postgresql import listen
 from django_intents.store.postgresql.cursors import server_cursor
-from django_intents.store.postgresql.learned import Learned
 from django_intents.store.postgresql.limited import LimitedClaims
 from django_intents.store.rows import hydrate, to_values
 from django_intents.store.statements import bind, spread
+from django_intents.store.wakeups import LISTEN, POLL, Listening, Wakeup
 
 # The columns a new intent takes from its caller; the rest are fixed or the batch's time.
 JSON_COLUMNS = ("id", "kind", "event_id", "target", "payload", "next_at", "priority")
@@ -29,22 +32,30 @@ PENDING, RUNNING = State.PENDING.value, State.RUNNING.value
 
 
 class PostgreSQLBackend(Backend):
-    """PostgreSQL's statements are ``sql/postgresql.sql``."""
+    """PostgreSQL's statements are ``sql/postgresql.sql``; a pool's claims choose
+    among them by what its ``ClaimMemory`` holds."""
 
     vendor = "postgresql"
 
     def __init__(self, alias: str, model: Any) -> None:
         super().__init__(alias, model)
-        self.learned = Learned()
-        self.limited = LimitedClaims(self.table, self.learned)
-        # The same dictionaries, by the names the test suite clears between tests.
-        self._others_due = self.learned.others_due
-        self._tight = self.learned.tight
-        self._held_heads = self.learned.held_heads
+        self.limited = LimitedClaims(self.table)
 
     def cursor(self) -> Any:
         """A cursor whose parameters the server binds (``cursors.server_cursor``)."""
         return server_cursor(self.alias)
+
+    def wakeup(self) -> Wakeup:
+        """``LISTEN`` (``listen.py``), where the driver can receive notifications."""
+        if listen.supported():
+            return Wakeup(LISTEN)
+        return Wakeup(POLL, "LISTEN/NOTIFY needs psycopg >= 3.2")
+
+    def listen(self, connection: BaseDatabaseWrapper) -> Listening:
+        return listen.Session(connection, self.sql)
+
+    def notify(self, connection: BaseDatabaseWrapper, payload: str) -> None:
+        listen.notify(connection, self.sql, payload)
 
     def insert(self, rows: Sequence[dict[str, Any]]) -> list[str]:
         """A batch goes as one JSON array (``insert_json``): a text that never changes.
@@ -86,15 +97,17 @@ class PostgreSQLBackend(Backend):
         return bind(self.sql.claim_zero, {**params, **(tail or {})})
 
     def claim_asked(self, ask: Ask) -> Claims[Claimed]:
-        """A limited claim completes ``ask.complete`` in its own round trip (``locked``)."""
+        """A limited claim completes ``ask.complete`` in its own round trip (``locked``).
+        A claim without a memory learns into one of its own, which it forgets."""
         tail = {"salt": _salt(), "until": self.dt(ask.until)}
         riders = Riders(ask.complete, at=self.dt(ask.now))
+        memory = ClaimMemory() if ask.memory is None else ask.memory
         if ask.filters.limits:
-            rows = self.limited.claim(ask, tail, riders)
+            rows = self.limited.claim(ask, tail, memory, riders)
         else:
             if riders.pairs:
                 riders.done, riders.sent = self.complete_many(riders.pairs, now=ask.now), True
-            rows = Claims(self.claim_by_priority(ask, tail))
+            rows = Claims(self.claim_by_priority(ask, tail, memory))
         width = len(self.table.columns)
         intents = hydrate(self.table, [row[:width] for row in rows])
         claimed = [
@@ -104,7 +117,7 @@ class PostgreSQLBackend(Backend):
         claimed.sort(key=lambda pair: claim_order(pair[0]))
         return rows.carrying(claimed, completed=riders.done)
 
-    def claim_by_priority(self, ask: Ask, tail: dict[str, Any]) -> list[Any]:
+    def claim_by_priority(self, ask: Ask, tail: dict[str, Any], memory: ClaimMemory) -> list[Any]:
         """A pool's claim above its floor uses the plain statement of priority 0
         while no other priority is due; every other claim walks the three branches.
 
@@ -125,9 +138,8 @@ class PostgreSQLBackend(Backend):
         """
         now, limit, filters = ask.now, ask.limit, ask.filters
         key = None if filters.kinds is None else tuple(filters.kinds)
-        learned = self.learned
-        heard = learned.heard
-        if filters.since is not None and not learned.others_due.get(key, True):
+        heard = memory.heard
+        if filters.since is not None and not memory.others_due.get(key, True):
             query = self.zero_claim_query(now=now, limit=limit, filters=filters, tail=tail)
             with self.cursor() as cursor:
                 cursor.execute(*query)
@@ -135,7 +147,7 @@ class PostgreSQLBackend(Backend):
             # Nothing of priority 0 above the floor is an idle pool's poll, which
             # would pay the branches ten times a second for nothing: what the
             # listener has not announced waits for the pool's full claim.
-            learned.settle_others(key, heard, 0 < len(rows) < limit)
+            memory.settle_others(key, heard, 0 < len(rows) < limit)
             return rows
         # The statement of claim_queries is the whole claim.
         [query] = self.claim_queries(now=now, limit=limit, filters=filters, tail=tail)
@@ -143,13 +155,8 @@ class PostgreSQLBackend(Backend):
             cursor.execute(*query)
             branched: list[Any] = cursor.fetchall()
         priority = self.table.columns.index("priority")
-        learned.settle_others(key, heard, any(row[priority] != 0 for row in branched))
+        memory.settle_others(key, heard, any(row[priority] != 0 for row in branched))
         return branched
-
-    def others_due(self, kind: str) -> None:
-        """Intents of ``kind`` at another priority than 0 became due now (the pool's
-        listener heard it on PRIORITY_CHANNEL): the next claims of it walk every branch."""
-        self.learned.hint(kind)
 
     def candidate_queries(self, **query: Any) -> list[tuple[str, Any]]:
         """The exact limited claim (``LimitedClaims.candidate_queries``)."""

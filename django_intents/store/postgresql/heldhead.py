@@ -8,12 +8,13 @@ rows and 1.7 ms of a 4 ms claim in the relay benchmark, and a cost that grew
 with the backlog (``bench/held_backlog.py``) while the healthy partners
 waited behind it.
 
-A pool's backend therefore remembers the head it stepped over, as a short
-stack of ``Level``s: each names a target and a position in claim order, and
-every due intent of priority 0 before a level's position belongs to the
-targets of that level or the ones below it. The full claim, once a second
-(``floor.py``), looks for the head: the first due intent, and, while the
-intents found there have no room, the first after them of another target.
+A pool's claim memory (``store/memory.py``) therefore remembers the head it
+stepped over, as a short stack of ``Level``s: each names a target and a
+position in claim order, and every due intent of priority 0 before a
+level's position belongs to the targets of that level or the ones below it.
+The full claim, once a second (``floor.py``), looks for the head: the first
+due intent, and, while the intents found there have no room, the first after
+them of another target.
 The claims above the floor in between start at the last level whose targets,
 and all below it, are still full. The test of "still full" is in the
 statement, against the live leases it counts, so a target that frees a

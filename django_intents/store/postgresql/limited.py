@@ -21,9 +21,9 @@ from typing import Any
 from django_intents.rules.batches import MAX_LIMIT
 from django_intents.store.claims import Ask, ClaimFilters, Claims, Riders
 from django_intents.store.limited import scan_size
+from django_intents.store.memory import ClaimMemory
 from django_intents.store.postgresql import heldhead
 from django_intents.store.postgresql.cursors import one_round_trip
-from django_intents.store.postgresql.learned import Learned
 from django_intents.store.statements import bind
 from django_intents.store.table import Table, claim_params
 
@@ -31,13 +31,15 @@ TIGHT_FOR = 1.0  # seconds a kind found short of room claims exactly, without tr
 
 
 class LimitedClaims:
-    """The limited claim of PostgreSQL's backend: its table, and what its claims learned."""
+    """The limited claim of PostgreSQL's backend; what its claims learned is the
+    pool's ``ClaimMemory``, passed to each."""
 
-    def __init__(self, table: Table, learned: Learned) -> None:
+    def __init__(self, table: Table) -> None:
         self.table = table
-        self.learned = learned
 
-    def claim(self, ask: Ask, tail: dict[str, Any], riders: Riders | None = None) -> Claims[Any]:
+    def claim(
+        self, ask: Ask, tail: dict[str, Any], memory: ClaimMemory, riders: Riders | None = None
+    ) -> Claims[Any]:
         """Lock the kinds, then claim: plainly while they have room, else exactly.
 
         While the fullest target of the limited kinds has room for the whole
@@ -53,20 +55,19 @@ class LimitedClaims:
         rather than trying the plain one first.
         """
         now, limit, filters = ask.now, ask.limit, ask.filters
-        learned = self.learned
         key = ("limited", *sorted(filters.limits))
-        heard = learned.heard
-        if time.monotonic() >= learned.tight.get(key, 0.0):
-            zero = filters.since is not None and not learned.others_due.get(key, True)
+        heard = memory.heard
+        if time.monotonic() >= memory.tight.get(key, 0.0):
+            zero = filters.since is not None and not memory.others_due.get(key, True)
             query = self.roomy_query(now=now, limit=limit, filters=filters, zero=zero, tail=tail)
             found, _ = self.locked(query, filters=filters, riders=riders)
             if found[0][-2]:  # room for the whole claim
                 rows = [row[:-2] for row in found if row[0] is not None]
                 if not zero:
                     priority = self.table.columns.index("priority")
-                    learned.settle_others(key, heard, any(row[priority] != 0 for row in rows))
+                    memory.settle_others(key, heard, any(row[priority] != 0 for row in rows))
                 elif 0 < len(rows) < limit:  # priority 0 ran out: the next claim walks every
-                    learned.others_due[key] = True  # priority (``claim_by_priority``)
+                    memory.others_due[key] = True  # priority (``claim_by_priority``)
                 return Claims(rows)
             spare = found[0][-1]
             if spare * 4 >= limit * 3:
@@ -74,15 +75,15 @@ class LimitedClaims:
                 # has just grown asked for more than the fullest target leaves
                 # under a cap far above its share. A plain claim of what fits
                 # costs half the exact one, and the claims after it stay plain.
-                fewer = self.claim(replace(ask, limit=spare), tail)
+                fewer = self.claim(replace(ask, limit=spare), tail, memory)
                 # The rest was not asked for: held back for the floor, but no
                 # target was near its cap.
                 return Claims(fewer, held_back=True, bound=fewer.bound)
-            learned.tight[key] = time.monotonic() + TIGHT_FOR
-        return self.claim_exactly(ask, tail, riders)
+            memory.tight[key] = time.monotonic() + TIGHT_FOR
+        return self.claim_exactly(ask, tail, memory, riders)
 
     def claim_exactly(
-        self, ask: Ask, tail: dict[str, Any], riders: Riders | None = None
+        self, ask: Ask, tail: dict[str, Any], memory: ClaimMemory, riders: Riders | None = None
     ) -> Claims[Any]:
         """The exact limited claim (``limited_claim``), of priority 0 alone while
         no other is due.
@@ -93,13 +94,12 @@ class LimitedClaims:
         after the one that saw it due.
         """
         now, limit, filters = ask.now, ask.limit, ask.filters
-        learned = self.learned
         key = ("limited", *sorted(filters.limits))
-        heard = learned.heard
-        zero = not learned.others_due.get(key, True)
-        probed = zero and self.probes(filters)
+        heard = memory.heard
+        zero = not memory.others_due.get(key, True)
+        probed = zero and self.probes(filters, memory)
         [query] = self.candidate_queries(
-            now=now, limit=limit, filters=filters, zero=zero, tail=tail
+            now=now, limit=limit, filters=filters, zero=zero, tail=tail, memory=memory
         )
         limited = {"now": self.table.dt(now), "limited": sorted(filters.limits)}
         rows, (_, others, _) = self.locked(
@@ -109,17 +109,17 @@ class LimitedClaims:
         if probed:
             width = heldhead.INFO_COLUMNS
             info = tuple(rows[0][-width:])
-            levels = heldhead.advanced(self.held_head(filters), info)
-            learned.held_heads[heldhead.key_of(filters)] = levels
+            levels = heldhead.advanced(self.held_head(filters, memory), info)
+            memory.held_heads[heldhead.key_of(filters)] = levels
             rows = [row[:-width] for row in rows if row[0] is not None]
             if filters.since is None:
                 # Its head is the first due intent of priority 0; a live lease
                 # that expires makes its intent due again, in its old place.
                 oldest_due = min(at for at in (info[1], info[-1], now) if at is not None)
         priority = self.table.columns.index("priority")
-        learned.settle_others(key, heard, others or any(row[priority] != 0 for row in rows))
+        memory.settle_others(key, heard, others or any(row[priority] != 0 for row in rows))
         if zero and others and len(rows) < limit:
-            rest = self.claim_exactly(replace(ask, limit=limit - len(rows)), tail)
+            rest = self.claim_exactly(replace(ask, limit=limit - len(rows)), tail, memory)
             rows += rest
         return Claims(rows, held_back=True, oldest_due=oldest_due)
 
@@ -131,9 +131,12 @@ class LimitedClaims:
         filters: ClaimFilters,
         zero: bool = False,
         tail: Mapping[str, Any] | None = None,
+        memory: ClaimMemory | None = None,
     ) -> list[tuple[str, list[Any]]]:
         """The exact limited claim, of every branch or of priority 0 alone, bound;
-        ``tail`` gives the token salt and the lease end (an EXPLAIN may go without)."""
+        ``tail`` gives the token salt and the lease end (an EXPLAIN may go without);
+        ``memory`` the held-back head it starts past (none without one)."""
+        memory = ClaimMemory() if memory is None else memory
         kinds, per_target, running = caps_of(filters)
         capped = "_capped" if any(cap is not None for cap in running) else ""
         params = {
@@ -143,11 +146,10 @@ class LimitedClaims:
             "running": running,
             "fetch": scan_size(limit),
         }
-        if zero and self.probes(filters):  # the held-back head's, then priority 0 from it
+        if zero and self.probes(filters, memory):  # the held-back head's, then priority 0 from it
             name = f"limited_claim_head{capped}"
-            params.update(
-                heldhead.parameters(self.held_head(filters), filters.since, self.table.dt)
-            )
+            head = self.held_head(filters, memory)
+            params.update(heldhead.parameters(head, filters.since, self.table.dt))
         elif zero:
             name = f"limited_claim_zero{capped}"
         else:
@@ -205,17 +207,17 @@ class LimitedClaims:
                 riding.done, riding.sent = [(row[0], row[1]) for row in done.fetchall()], True
             return cursor.fetchall(), locks.fetchone()
 
-    def probes(self, filters: ClaimFilters) -> bool:
+    def probes(self, filters: ClaimFilters, memory: ClaimMemory) -> bool:
         """Whether an exact claim of priority 0 looks for the held-back head: a full
         claim does, to find it; one above the floor, to keep one it remembers."""
-        return filters.since is None or bool(self.held_head(filters))
+        return filters.since is None or bool(self.held_head(filters, memory))
 
-    def held_head(self, filters: ClaimFilters) -> list[heldhead.Level]:
+    def held_head(self, filters: ClaimFilters, memory: ClaimMemory) -> list[heldhead.Level]:
         """The held-back head a claim above the floor starts past; a full claim
         (no floor) walks from the start and makes it anew."""
         if filters.since is None:
             return []
-        return self.learned.held_heads.get(heldhead.key_of(filters), [])
+        return memory.held_heads.get(heldhead.key_of(filters), [])
 
 
 def caps_of(filters: ClaimFilters) -> tuple[list[str], list[int | None], list[int | None]]:

@@ -86,6 +86,18 @@ t.id = v.id AND t.claim_token = v.token AND v.token <> ''
 -- clock_timestamp(), not now(): the transaction's start would be stale.
 SELECT clock_timestamp()
 
+-- name: listen
+-- A pool's listener hears new due work on its own session (postgresql/listen.py).
+LISTEN "{channel}"
+
+-- name: listen_priority
+-- ... and the kinds whose intents of another priority than 0 became due.
+LISTEN "{priority_channel}"
+
+-- name: notify
+-- A NOTIFY as enqueue sends one: the listener's start-up self-test, and its stop.
+SELECT pg_notify('{channel}', %(payload)s)
+
 -- name: insert
 WITH ins AS (INSERT INTO {table} ({columns}) VALUES [rows:{column_group}]
   ON CONFLICT (id) DO NOTHING RETURNING kind, priority)

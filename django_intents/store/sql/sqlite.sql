@@ -77,3 +77,8 @@ ROLLBACK
 -- fragment: larger
 -- SQLite's two-argument MAX is its GREATEST.
 MAX
+
+-- name: data_version
+-- Changes when another connection has committed; reading it takes no lock
+-- (sqlite.py's CommitWatch).
+PRAGMA data_version

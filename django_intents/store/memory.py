@@ -1,21 +1,24 @@
-"""What PostgreSQL's claims learn from each other: which statement the next claim runs.
+"""What a pool's claims remember between turns (``ClaimMemory``): the pool owns it.
 
-The backend is built once per database alias and model, so what it learns
-serves every claim of the process: whether intents of other priorities may
-be due (``claim_by_priority``), which limited kinds claim exactly for a
-while (``LimitedClaims.claim``), and where an exact claim's walk starts
-(``heldhead.py``). The pool's listener thread gives hints (``hint``).
+A pool makes one and passes it to every claim it makes
+(``Intent.objects.claim_many(..., memory=...)``); its listener thread gives
+hints into it (``hint``). A backend may read and update it to choose the
+statement a claim runs (PostgreSQL: whether intents of other priorities may
+be due, which limited kinds claim exactly for a while, where an exact
+claim's walk starts); SQLite and MySQL ignore it. A claim without one
+behaves as a claim that has learned nothing: the full, exact claim. The
+store keeps none of it: what one pool's claims learned never steers
+another's, nor a caller's claim.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from django_intents.store.postgresql.heldhead import Level
 
-
-class Learned:
-    """The claims' memory: plain dictionaries, read and written by one claim at a time."""
+class ClaimMemory:
+    """Plain dictionaries, read and written by one claim at a time; ``hint`` may
+    come from another thread."""
 
     def __init__(self) -> None:
         # Per claimed kinds: whether intents of other priorities may be due.
@@ -23,10 +26,11 @@ class Learned:
         # How many hints the listener has given; a claim that began before one
         # must not clear it (``settle_others``).
         self.heard = 0
-        # Per limited kinds: until when they claim exactly (``LimitedClaims.claim``).
+        # Per limited kinds: until when (``time.monotonic()``) they claim exactly.
         self.tight: dict[tuple[str, ...], float] = {}
-        # Per claim (``heldhead.key_of``): the held-back head an exact claim starts past.
-        self.held_heads: dict[tuple[Any, ...], list[Level]] = {}
+        # Per claim: where an exact claim's walk starts, as the backend keeps it
+        # (PostgreSQL: ``heldhead.Level`` stacks, keyed by ``heldhead.key_of``).
+        self.held_heads: dict[tuple[Any, ...], list[Any]] = {}
 
     def settle_others(self, key: tuple[str, ...] | None, heard: int, due: bool) -> None:
         """Record whether a claim saw intents of other priorities due, unless the
