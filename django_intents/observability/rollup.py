@@ -79,10 +79,19 @@ class Tally:
         self._oldest: datetime | None = None
         self._sampled: datetime | None = None  # the minute of the last depth sample
         self._pruned_at = -math.inf
+        # The minute now, as a number and as the datetime that keys the rows: the
+        # pool's loop counts every attempt, so the datetime is made once a minute.
+        self._now: tuple[int, datetime] = (-1, datetime.min.replace(tzinfo=UTC))
 
     def record(self, kind: str, outcome: str, duration: float, at: datetime | None = None) -> None:
         """Count one finished attempt of ``kind`` in the minute of ``at`` (now)."""
-        minute = minute_of(timezone.now() if at is None else at)
+        if at is None:
+            number, minute = self._now
+            if number != (now := int(time.time() // 60)):
+                minute = datetime.fromtimestamp(now * 60, UTC)
+                self._now = (now, minute)
+        else:
+            minute = minute_of(at)
         column = COLUMNS.get(outcome, "failed")
         duration = max(duration, 0.0)
         with self._lock:
