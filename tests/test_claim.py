@@ -366,6 +366,7 @@ def batch_params(ids: list[str], tokens: list[str]) -> dict[str, object]:
         "errors": ["e"] * n,
         "snoozed": [False] * n,
         "unstarted": [False] * n,
+        "tracebacks": [None] * n,
     }
 
 

@@ -185,7 +185,7 @@ UNION ALL SELECT pg_notify('{priority_channel}', kind) FROM unnest(%(prioritized
 -- The claim of kinds with LIMITS (postgresql/limited.py) ----------------------
 
 -- fragment: limited_filters
--- A limited claim tests pauses among the kinds with no room (full_kinds).
+-- A limited claim tests pauses among the kinds with no room (fkd, the full kinds).
 {of_kinds} AND {within_attempts}
 
 -- fragment: has_room
@@ -195,8 +195,8 @@ UNION ALL SELECT pg_notify('{priority_channel}', kind) FROM unnest(%(prioritized
 -- cannot see into, so that it takes the test to keep almost every row and walks
 -- the index in order; written "<> ALL (...)" it was estimated to keep one row
 -- in a hundred, and the planner sorted every due row.
-(CASE WHEN (kind, target) IN (SELECT kind, target FROM full_targets)
-  OR kind IN (SELECT kind FROM full_kinds) THEN NULL ELSE 1 END) IS NOT NULL
+(CASE WHEN (kind, target) IN (SELECT kind, target FROM ftg)
+  OR kind IN (SELECT kind FROM fkd) THEN NULL ELSE 1 END) IS NOT NULL
 
 -- fragment: limited_picked
 id, kind, target, priority, next_at, created_at, state AS was, claim_until AS lease_end
@@ -204,16 +204,17 @@ id, kind, target, priority, next_at, created_at, state AS was, claim_until AS le
 -- fragment: limited_start
 -- The live leases of the limited kinds per target (%(limited)s, their caps in
 -- the same order), and from them the targets and kinds with no room; a paused
--- kind has none. Set for the rest of the transaction by the lock statement,
+-- kind has none (ftg, fkd: short names, for the claims that carry them must
+-- stay under 4,096 bytes). Set for the rest of the transaction by the lock statement,
 -- the live leases are read by a plain index scan, which marks the dead
 -- entries of the lease index as it passes (lock_settings).
 live AS MATERIALIZED (SELECT kind, target, count(*) AS n, min(next_at) AS since FROM {table}
   WHERE {live_lease} AND kind = ANY (%(limited)s::text[]) GROUP BY kind, target),
 caps AS MATERIALIZED (SELECT * FROM unnest(%(limited)s::text[], %(per_target)s::bigint[],
   %(running)s::bigint[]) AS c(kind, per_target, running)),
-full_targets AS MATERIALIZED (SELECT kind, target FROM live JOIN caps USING (kind)
+ftg AS MATERIALIZED (SELECT kind, target FROM live JOIN caps USING (kind)
   WHERE n >= per_target),
-full_kinds AS MATERIALIZED (SELECT kind FROM live JOIN caps USING (kind)
+fkd AS MATERIALIZED (SELECT kind FROM live JOIN caps USING (kind)
   GROUP BY kind, running HAVING sum(n) >= running UNION ALL SELECT kind FROM {paused})
 
 -- fragment: limited_high
@@ -298,8 +299,8 @@ WITH {limited_zero}, {fitting_by_kind} {limited_update}
 -- kp: the valid ones; st: where the walk may start, the last valid level or the
 -- floor; hd: the head, the first due intent from there that no valid level names.
 lv AS MATERIALIZED (SELECT l.*, bool_and(l.shut) OVER (ORDER BY l.n) AS valid FROM
-  (SELECT l.*, ((l.kind, l.target) IN (SELECT kind, target FROM full_targets)
-   OR l.kind IN (SELECT kind FROM full_kinds)) AS shut FROM unnest(%(l_at)s::timestamptz[],
+  (SELECT l.*, ((l.kind, l.target) IN (SELECT kind, target FROM ftg)
+   OR l.kind IN (SELECT kind FROM fkd)) AS shut FROM unnest(%(l_at)s::timestamptz[],
    %(l_created)s::timestamptz[], %(l_id)s::text[], %(l_kind)s::text[],
    %(l_target)s::text[]) WITH ORDINALITY AS l(at, created, id, kind, target, n)) AS l),
 kp AS MATERIALIZED (SELECT * FROM lv WHERE valid),
@@ -325,8 +326,8 @@ due AS ({capped_rows} FROM (SELECT * FROM branch_zero) AS u LEFT JOIN caps USING
 -- them even when the claim took nothing: the levels still valid, the head's key
 -- and target, whether that target is full, the oldest next_at of the live leases.
 SELECT claimed.*, (SELECT count(*) FROM kp), hd.next_at, hd.created_at, hd.id, hd.kind,
-  hd.target, (hd.kind, hd.target) IN (SELECT kind, target FROM full_targets)
-  OR hd.kind IN (SELECT kind FROM full_kinds), (SELECT min(since) FROM live)
+  hd.target, (hd.kind, hd.target) IN (SELECT kind, target FROM ftg)
+  OR hd.kind IN (SELECT kind FROM fkd), (SELECT min(since) FROM live)
 FROM (SELECT 1) AS one LEFT JOIN hd ON true LEFT JOIN claimed ON true
 
 -- name: limited_claim_head
