@@ -180,7 +180,9 @@ def test_a_sync_handler_that_stops_within_the_grace_still_fails_with_a_timeout(
     run = background(pool(handlers, drain=True, timeout_per_attempt=0.2, grace=10))
     assert run.join() == 0
 
-    assert 0.2 <= seen[0] < 2  # attempt.cancelled was set at the timeout
+    # attempt.cancelled was set at the timeout, which runs from the attempt's start in
+    # the pool: the handler's own clock starts a little later on a busy machine.
+    assert 0.1 <= seen[0] < 2
     assert_timed_out(id, 0.2)
     assert outcomes(finished) == [("to.sync", "timeout")]
     assert finished[0]["duration"] < 2  # recorded when it returned, not after the grace

@@ -113,10 +113,11 @@ def test_no_more_async_attempts_run_at_once_than_the_concurrency(background):  #
 
 def test_the_lease_is_renewed_while_a_handler_awaits(background):  # noqa: F811
     async def slow(intent, attempt):
-        await asyncio.sleep(2.0)
+        await asyncio.sleep(3.0)
 
     (id,) = enqueue("a.slow")
-    running = background(pool({"a.slow": slow}, lease=1.0, renew=0.25, drain=True))
+    # A lease of 2 s renewed every 0.25 s: a busy machine may stall a renewal, not seven.
+    running = background(pool({"a.slow": slow}, lease=2.0, renew=0.25, drain=True))
     first = wait_for(lambda: row(id).claim_until, "a claim")
     wait_for(lambda: row(id).claim_until > first + timedelta(seconds=0.5), "a renewed lease")
     assert running.join(20) == 0

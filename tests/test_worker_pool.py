@@ -159,7 +159,9 @@ def test_drain_records_every_outcome_and_sends_attempt_finished_for_each(backgro
         assert signal["duration"] >= 0
 
 
-def test_claims_no_more_than_the_idle_workers_and_in_batches(background, monkeypatch):
+def test_claims_the_idle_workers_then_at_most_one_ahead_per_thread_in_batches(
+    background, monkeypatch
+):
     calls: list[tuple[int, int]] = []
     claim_many = IntentManager.claim_many
 
@@ -178,7 +180,9 @@ def test_claims_no_more_than_the_idle_workers_and_in_batches(background, monkeyp
 
     assert all(row(id).state == Intent.State.COMPLETED for id in ids)
     assert calls[0] == (3, 3)
-    assert all(limit <= 3 for limit, _ in calls)
+    # Slow handlers queue at most what their threads free within a turn, never more
+    # than a thread each (Demand.capacity): on a busy machine a turn is long.
+    assert all(limit <= 3 + 3 for limit, _ in calls)
     assert sum(got for _, got in calls) == 9
 
 
@@ -281,13 +285,18 @@ def test_a_renewal_that_keeps_failing_cancels_the_attempt_once_the_lease_ran_out
 
 
 def test_stop_cancels_running_attempts_and_a_handler_giving_up_is_released_at_once(background):
+    started = threading.Event()
+
     def patient(intent, attempt):
+        started.set()
         attempt.cancelled.wait(30)
         attempt.check()
 
     (id,) = enqueue("p.patient")
     running = background(pool({"p.patient": patient}, grace=30.0))
-    wait_for(lambda: row(id).state == Intent.State.RUNNING, "the claim")
+    # Running, not only claimed: a claim whose handler has not started is released
+    # at stop with its attempt undone (on a busy machine the thread starts late).
+    assert started.wait(10)
     stopped_at = server_now()
 
     assert running.finish(timeout=10) == 0
@@ -608,10 +617,14 @@ def test_a_handler_returning_as_the_grace_ends_is_recorded_not_left_to_its_lease
     recorded, or it would run again once its lease ran out."""
     gate = threading.Event()
 
+    started = threading.Event()
+
     def deaf(intent, attempt):
+        started.set()
         gate.wait(10)  # deaf to attempt.cancelled: it returns when the test says
 
     async def deaf_async(intent, attempt):
+        started.set()
         while not gate.is_set():
             await asyncio.sleep(0.005)
 
@@ -626,6 +639,7 @@ def test_a_handler_returning_as_the_grace_ends_is_recorded_not_left_to_its_lease
 
     monkeypatch.setattr(Shutdown, "release_unfinished", returning_first)
     job = background(pool({"p.slow": late}, grace=0.2, lease=30.0))
+    started.wait(10)  # running, not only claimed: a claim not started is released at stop
     wait_for(lambda: row(id).state == Intent.State.RUNNING, "the claim")
     assert job.finish() == 0
     fresh = row(id)
