@@ -220,6 +220,9 @@ def static_checks(venv: Path) -> list[str]:
     if run([str(venv / "bin" / "lint-imports")]):
         failures.append("lint-imports")
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings", "INTENTS_TEST_DB": "sqlite"}
+    # Strict, over the package and its migrations ([tool.mypy] in pyproject.toml).
+    if run([py, "-m", "mypy"], env):
+        failures.append("mypy")
     if run([py, "-m", "django", "check", "--fail-level", "WARNING"], env):
         failures.append("manage.py check")
     if run([py, "-m", "django", "makemigrations", "--check", "--dry-run"], env):

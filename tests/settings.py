@@ -10,6 +10,7 @@ INTENTS_TEST_DB_SUFFIX keeps parallel runs on one machine out of each other's wa
 import os
 from importlib.util import find_spec
 from pathlib import Path
+from typing import Any
 
 import django
 
@@ -17,6 +18,7 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 VENDOR = os.environ.get("INTENTS_TEST_DB", "sqlite")
 SUFFIX = os.environ.get("INTENTS_TEST_DB_SUFFIX", "")
 TEST_NAME = f"test_django_intents{SUFFIX}"
+DATABASES: dict[str, dict[str, Any]]  # one alias per vendor below, with OPTIONS of its own
 
 if VENDOR == "sqlite":
     DATABASES = {

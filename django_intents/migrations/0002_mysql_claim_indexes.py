@@ -6,7 +6,9 @@ the claim an ordered range scan over claimable rows only. Other databases
 already have the partial indexes and get nothing here.
 """
 
+from django.apps.registry import Apps
 from django.db import migrations
+from django.db.backends.base.schema import BaseDatabaseSchemaEditor
 
 INDEXES = {
     "intents_claim_mysql_idx": "(state, next_at, created_at, id)",
@@ -15,7 +17,7 @@ INDEXES = {
 }
 
 
-def create(apps, schema_editor):
+def create(apps: Apps, schema_editor: BaseDatabaseSchemaEditor) -> None:
     if schema_editor.connection.vendor != "mysql":
         return
     table = schema_editor.quote_name(apps.get_model("django_intents", "Intent")._meta.db_table)
@@ -23,7 +25,7 @@ def create(apps, schema_editor):
         schema_editor.execute(f"CREATE INDEX {schema_editor.quote_name(name)} ON {table} {columns}")
 
 
-def drop(apps, schema_editor):
+def drop(apps: Apps, schema_editor: BaseDatabaseSchemaEditor) -> None:
     if schema_editor.connection.vendor != "mysql":
         return
     table = schema_editor.quote_name(apps.get_model("django_intents", "Intent")._meta.db_table)

@@ -15,7 +15,11 @@ The two vendors had one more index to write on every enqueue and claim
 (PostgreSQL) or three more on every transition (MySQL), for nothing.
 """
 
-from django.db import migrations
+from typing import Protocol, cast
+
+from django.apps.registry import Apps
+from django.db import migrations, models
+from django.db.backends.base.schema import BaseDatabaseSchemaEditor
 
 MYSQL_COLUMNS = {
     "intents_claimable_idx": "(next_at, created_at, id)",
@@ -24,17 +28,27 @@ MYSQL_COLUMNS = {
 }
 
 
-def _table(apps, schema_editor):
+def _table(
+    apps: Apps, schema_editor: BaseDatabaseSchemaEditor
+) -> tuple[type[models.Model], str]:
     model = apps.get_model("django_intents", "Intent")
     return model, schema_editor.quote_name(model._meta.db_table)
 
 
-def _like_name(model, schema_editor):
-    column = model._meta.get_field("id").column
-    return schema_editor._create_index_name(model._meta.db_table, [column], suffix="_like")
+class _NamesIndexes(Protocol):
+    """The private method of Django's schema editor that named the ``_like`` index:
+    the same call gives the same name, which is the only way to know it."""
+
+    def _create_index_name(self, table_name: str, column_names: list[str], suffix: str) -> str: ...
 
 
-def drop(apps, schema_editor):
+def _like_name(model: type[models.Model], schema_editor: BaseDatabaseSchemaEditor) -> str:
+    column = str(model._meta.pk.column)
+    names = cast(_NamesIndexes, schema_editor)
+    return names._create_index_name(model._meta.db_table, [column], suffix="_like")
+
+
+def drop(apps: Apps, schema_editor: BaseDatabaseSchemaEditor) -> None:
     model, table = _table(apps, schema_editor)
     vendor = schema_editor.connection.vendor
     if vendor == "postgresql":
@@ -45,12 +59,12 @@ def drop(apps, schema_editor):
             schema_editor.execute(f"DROP INDEX {schema_editor.quote_name(name)} ON {table}")
 
 
-def create(apps, schema_editor):
+def create(apps: Apps, schema_editor: BaseDatabaseSchemaEditor) -> None:
     model, table = _table(apps, schema_editor)
     vendor = schema_editor.connection.vendor
     if vendor == "postgresql":
         name = schema_editor.quote_name(_like_name(model, schema_editor))
-        column = schema_editor.quote_name(model._meta.get_field("id").column)
+        column = schema_editor.quote_name(str(model._meta.pk.column))
         schema_editor.execute(
             f"CREATE INDEX IF NOT EXISTS {name} ON {table} ({column} varchar_pattern_ops)"
         )

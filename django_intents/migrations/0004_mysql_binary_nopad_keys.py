@@ -15,16 +15,25 @@ ids that were one are now two: nothing that was stored changes, only what a
 later enqueue or claim matches.
 """
 
+from collections.abc import Callable
+from typing import Any
+
+from django.apps.registry import Apps
 from django.db import migrations
+from django.db.backends.base.schema import BaseDatabaseSchemaEditor
 
 COLUMNS = {"id": 64, "kind": 100, "claim_token": 32}
 
 
-def _collation(connection):
+def _collation(connection: Any) -> str:  # MySQL's DatabaseWrapper: mysql_is_mariadb
     return "utf8mb4_nopad_bin" if connection.mysql_is_mariadb else "utf8mb4_0900_bin"
 
 
-def _alter(apps, schema_editor, collation):
+def _alter(
+    apps: Apps,
+    schema_editor: BaseDatabaseSchemaEditor,
+    collation: Callable[[Any], str] | None,
+) -> None:
     connection = schema_editor.connection
     if connection.vendor != "mysql":
         return
@@ -39,11 +48,11 @@ def _alter(apps, schema_editor, collation):
         )
 
 
-def binary(apps, schema_editor):
+def binary(apps: Apps, schema_editor: BaseDatabaseSchemaEditor) -> None:
     _alter(apps, schema_editor, _collation)
 
 
-def database_default(apps, schema_editor):
+def database_default(apps: Apps, schema_editor: BaseDatabaseSchemaEditor) -> None:
     _alter(apps, schema_editor, None)
 
 

@@ -55,7 +55,9 @@ PRIORITIZED_STATE = (
 )
 
 
-def _mysql(schema_editor: BaseDatabaseSchemaEditor, table: str, drop: dict, create: dict) -> None:
+def _mysql(
+    schema_editor: BaseDatabaseSchemaEditor, table: str, drop: dict[str, str], create: dict[str, str]
+) -> None:
     q = schema_editor.quote_name
     for name in drop:
         schema_editor.execute(f"DROP INDEX {q(name)} ON {table}")

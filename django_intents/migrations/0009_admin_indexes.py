@@ -15,7 +15,9 @@ reason); run inside a transaction, as a test case does, it builds them the
 plain way. MySQL and MariaDB build a secondary index online anyway.
 """
 
+from django.apps.registry import Apps
 from django.db import migrations, models
+from django.db.backends.base.schema import BaseDatabaseSchemaEditor
 
 CREATED = models.Index(fields=("created_at", "id"), name="intents_created_idx")
 KIND_STATE_EVENT = models.Index(
@@ -24,19 +26,23 @@ KIND_STATE_EVENT = models.Index(
 KIND_STATE = models.Index(fields=("kind", "state"), name="intents_kind_state_idx")
 
 
-def _concurrently(schema_editor) -> bool:
+def _concurrently(schema_editor: BaseDatabaseSchemaEditor) -> bool:
     connection = schema_editor.connection
     return connection.vendor == "postgresql" and not connection.in_atomic_block
 
 
-def _add(model, schema_editor, index: models.Index) -> None:
+def _add(
+    model: type[models.Model], schema_editor: BaseDatabaseSchemaEditor, index: models.Index
+) -> None:
     if _concurrently(schema_editor):
         schema_editor.execute(index.create_sql(model, schema_editor, concurrently=True))
     else:
         schema_editor.add_index(model, index)
 
 
-def _remove(model, schema_editor, index: models.Index) -> None:
+def _remove(
+    model: type[models.Model], schema_editor: BaseDatabaseSchemaEditor, index: models.Index
+) -> None:
     if _concurrently(schema_editor):
         name = schema_editor.quote_name(index.name)
         schema_editor.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {name}")
@@ -44,14 +50,14 @@ def _remove(model, schema_editor, index: models.Index) -> None:
         schema_editor.remove_index(model, index)
 
 
-def forward(apps, schema_editor) -> None:
+def forward(apps: Apps, schema_editor: BaseDatabaseSchemaEditor) -> None:
     model = apps.get_model("django_intents", "Intent")
     _add(model, schema_editor, CREATED)
     _add(model, schema_editor, KIND_STATE_EVENT)
     _remove(model, schema_editor, KIND_STATE)
 
 
-def backward(apps, schema_editor) -> None:
+def backward(apps: Apps, schema_editor: BaseDatabaseSchemaEditor) -> None:
     model = apps.get_model("django_intents", "Intent")
     _add(model, schema_editor, KIND_STATE)
     _remove(model, schema_editor, KIND_STATE_EVENT)
