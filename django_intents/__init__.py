@@ -5,6 +5,7 @@ from importlib.metadata import PackageNotFoundError, version
 from django_intents.attempt import Attempt
 from django_intents.exceptions import ClaimLost, Retry, Stop
 from django_intents.handlers import handler
+from django_intents.rules.headers import retry_after
 from django_intents.rules.identity import intent_id
 from django_intents.rules.retries import backoff
 
@@ -22,4 +23,5 @@ __all__ = [
     "backoff",
     "handler",
     "intent_id",
+    "retry_after",
 ]

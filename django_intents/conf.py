@@ -24,6 +24,7 @@ from django_intents.rules.identity import check_text
 from django_intents.rules.limits import Limit
 from django_intents.rules.limits import parse as parse_limits
 from django_intents.rules.states import TERMINAL
+from django_intents.rules.targets import TargetPolicy
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,8 @@ class IntentSettings:
     db_error_timeout: float = 60.0
     limits: Mapping[str, Limit] = field(default_factory=dict)  # LIMITS' caps: the claims'
     timeouts: Mapping[str, float] = field(default_factory=dict)  # LIMITS' timeouts: the pool's
+    # LIMITS' rate, breaker and ordered: how each target of a kind is treated (SPEC §14)
+    targets: Mapping[str, TargetPolicy] = field(default_factory=dict)
     schedules: Mapping[str, Schedule] = field(default_factory=dict)
     listen_database: str | None = None
 
@@ -155,7 +158,9 @@ def _alias(key: str, value: Any) -> str | None:
     return value
 
 
-def _limits(key: str, value: Any) -> tuple[dict[str, Limit], dict[str, float]]:
+def _limits(
+    key: str, value: Any
+) -> tuple[dict[str, Limit], dict[str, float], dict[str, TargetPolicy]]:
     try:
         return parse_limits(value)
     except ValueError as exc:
@@ -206,8 +211,9 @@ def parse(raw: Any) -> tuple[IntentSettings, list[SettingError]]:
             values[attr] = parser(key, value)
         except SettingError as exc:
             errors.append(exc)
-    if "limits" in values:  # one key, two settings: what claims apply, what the pool times
-        values["limits"], values["timeouts"] = values["limits"]
+    if "limits" in values:  # one key, three settings: the claims' caps, the pool's timeouts,
+        # and how each target of a kind is treated (SPEC §14)
+        values["limits"], values["timeouts"], values["targets"] = values["limits"]
     built = IntentSettings(**values)
     if not errors and built.renew is not None and built.renew >= built.lease:
         errors.append(SettingError("RENEW", f"({built.renew}) must be shorter than LEASE"))

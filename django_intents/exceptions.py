@@ -25,12 +25,30 @@ class Retry(Exception):  # noqa: N818 - a public name, not an error class
     ``after`` is seconds, a ``timedelta`` or an aware ``datetime``; a bad one
     raises ``ValueError`` here, in the handler, so it is recorded as the
     handler's error instead of snoozing for a time nobody meant.
+
+    ``hold_target=True`` (SPEC §14) also holds every pending intent of the
+    same kind and target until ``after`` has passed: none of them is claimed
+    before then, none burns an attempt (a 429 or a 503 with ``Retry-After``
+    is about the partner, not the one request).
     """
 
-    def __init__(self, after: float | timedelta | datetime | None = None, reason: str = "") -> None:
+    def __init__(
+        self,
+        after: float | timedelta | datetime | None = None,
+        reason: str = "",
+        *,
+        hold_target: bool = False,
+    ) -> None:
         super().__init__(reason)
         self.after = _checked_after(after)
         self.reason = str(reason)
+        if not isinstance(hold_target, bool):
+            raise TypeError(
+                f"Retry(hold_target=...) takes True or False, not {type(hold_target).__name__}"
+            )
+        if hold_target and self.after is None:
+            raise ValueError("Retry(hold_target=True) needs after=: how long to hold the target")
+        self.hold_target = hold_target
 
     def due(self, now: datetime) -> datetime | None:
         """When the snoozed intent runs again (never before ``now``); ``None``: not a snooze."""

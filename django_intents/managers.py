@@ -18,22 +18,34 @@ from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import sync_to_async
 from django.db import connections, models, router, transaction
+from django.db.models import Q
 
 from django_intents.conf import get_settings
 from django_intents.handlers import check_kind
 from django_intents.rules import states, validation
 from django_intents.rules.batches import INSERT_BATCH, MAX_LIMIT
 from django_intents.rules.identity import check_id, check_text
-from django_intents.rules.limits import applying
+from django_intents.rules.limits import applying, ordered_kinds, rates_of
 from django_intents.rules.retries import retry_at
+from django_intents.rules.targets import (
+    Breaker,
+    Event,
+    TargetHealth,
+    TargetRow,
+    hold_for,
+    target_key,
+)
 from django_intents.rules.validation import aware, item_row, later, new_row
-from django_intents.signals import intents_rescued, intents_transitioned
+from django_intents.signals import intents_rescued, intents_transitioned, target_state_changed
 from django_intents.store import Backend, ClaimFilters, backend_for
-from django_intents.store.admin import administer_many
+from django_intents.store import targets as target_health
+from django_intents.store.admin import administer_many, redrive_batch
 from django_intents.store.base import Ending
 from django_intents.store.claims import Claims
 from django_intents.store.clock import now_or
 from django_intents.store.memory import ClaimMemory
+from django_intents.store.targetrows import close_target_row, hold_target_row, read_target_rows
+from django_intents.store.targets import Change, TargetEvent
 from django_intents.tracing import sending
 
 if TYPE_CHECKING:
@@ -71,6 +83,20 @@ class IntentQuerySet(models.QuerySet["Intent"]):
     def expired(self, now: datetime | None = None) -> IntentQuerySet:
         """Running intents whose lease ran out by ``now``: due again, their holders fenced."""
         return self.filter(states.expired(now_or(now, self.db)))
+
+    def page_by_age(
+        self, after: tuple[datetime, str] | None, size: int
+    ) -> list[tuple[datetime, str]]:
+        """The ``(updated_at, id)`` of the next ``size`` of these intents after ``after``,
+        oldest first: a keyset page, so a pass over finished intents reads each once
+        however many pages it takes, through the ``(state, updated_at)`` index."""
+        page = self.order_by("updated_at", "id")
+        if after is not None:
+            at, last = after
+            # The redundant ">=" is the index bound; the OR alone would make the
+            # database rescan the rows already done, once per page.
+            page = page.filter(Q(updated_at__gte=at), Q(updated_at__gt=at) | Q(id__gt=last))
+        return list(page.values_list("updated_at", "id")[:size])
 
 
 class IntentManager(models.Manager.from_queryset(IntentQuerySet)):  # type: ignore[misc]
@@ -203,8 +229,14 @@ class IntentManager(models.Manager.from_queryset(IntentQuerySet)):  # type: igno
         filters = _filters(kinds, since, settings.max_attempts)
         if filters.kinds == []:
             return Claims(completed=self.complete_many(pairs, now=now))
-        # Every claim applies the limits (SPEC §10): a pool's, and this one's for a caller.
-        filters = replace(filters, limits=applying(settings.limits, filters.kinds))
+        # Every claim applies the limits (SPEC §10), the rates and the order (§14):
+        # a pool's, and this one's for a caller.
+        filters = replace(
+            filters,
+            limits=applying(settings.limits, filters.kinds),
+            rates=applying(rates_of(settings.targets), filters.kinds),
+            ordered=tuple(ordered_kinds(settings.targets, filters.kinds)),
+        )
         backend = self._backend()
         if filters.max_attempts is not None and since is None:
             # A claim above a floor leaves this to the pool's next full claim:
@@ -216,6 +248,8 @@ class IntentManager(models.Manager.from_queryset(IntentQuerySet)):  # type: igno
                 now=now, max_attempts=filters.max_attempts, kinds=filters.kinds, error=error
             )
             self._announce(states.State.CANCELLED, cancelled, backend)
+        breakers = _breakers(settings.targets, filters.kinds)
+        filters = self._watched(backend, filters, now, memory)
         claimed = backend.claim(
             now=now,
             until=until,
@@ -224,6 +258,8 @@ class IntentManager(models.Manager.from_queryset(IntentQuerySet)):  # type: igno
             complete=pairs,
             memory=memory,
         )
+        if filters.exempt:
+            claimed = self._probes(backend, claimed, filters.exempt, now, memory)
         self._announce(states.State.COMPLETED, [kind for _, kind in claimed.completed], backend)
         self._announce(states.State.RUNNING, [intent.kind for intent, _ in claimed], backend)
         rescued = [
@@ -233,6 +269,17 @@ class IntentManager(models.Manager.from_queryset(IntentQuerySet)):  # type: igno
         ]
         if rescued and intents_rescued.has_listeners(self.model):
             _after_commit(backend, lambda: intents_rescued.send(sender=self.model, rescued=rescued))
+        # A probe taken over was counted when its lease expired (targets.watch).
+        probes = set(filters.exempt)
+        taken_over = [
+            TargetEvent(intent.kind, intent.target, Event.FAILURE, intent.id, error=_EXPIRED)
+            for intent, lease_end in claimed
+            if lease_end is not None
+            and intent.kind in breakers
+            and target_key(intent.kind, intent.target) not in probes
+        ]
+        if taken_over:
+            self.record_target_events(taken_over, now=now)
         done = {id for id, _ in claimed.completed}
         completed = [id for id, _ in pairs if id in done]
         return claimed.carrying([intent for intent, _ in claimed], completed=completed)
@@ -243,17 +290,43 @@ class IntentManager(models.Manager.from_queryset(IntentQuerySet)):  # type: igno
         now: datetime | None = None,
         kinds: Iterable[str] | None = None,
         since: datetime | None = None,
+        memory: ClaimMemory | None = None,
     ) -> bool:
         """Whether a claim at ``now`` would find an intent: one index lookup, no lock, no write.
 
         Lets a poller on SQLite, where every claim takes the database's one
         write lock, look before it claims. ``since`` is as for ``claim_many``.
+        With a pool's ``memory``, it also looks at the targets of the kinds'
+        breakers when their turn comes (``store/targets.watch``), as a claim
+        does: a half-open target awaiting its probe has an intent to claim.
         """
         now = now_or(now, self._alias())
         filters = _filters(kinds, since, None)
         if filters.kinds == []:
             return False
-        return self._backend().has_due(now=now, filters=filters)
+        backend = self._backend()
+        if memory is not None:
+            filters = self._watched(backend, filters, now, memory)
+        return backend.has_due(now=now, filters=filters)
+
+    def _watched(
+        self, backend: Backend, filters: ClaimFilters, now: datetime, memory: ClaimMemory | None
+    ) -> ClaimFilters:
+        """``filters`` exempting the half-open targets this claimer may probe; with their
+        turn due, a look at the targets of the kinds' breakers first (``targets.watch``)."""
+        breakers = _breakers(get_settings().targets, filters.kinds)
+        if not breakers:
+            return filters
+        if memory is None or memory.watch_due():
+            probing, changes = target_health.watch(
+                backend, kinds=sorted(breakers), now=now, breakers=breakers
+            )
+            self._changed(changes, backend)
+            if memory is not None:
+                memory.probing = probing
+        else:
+            probing = memory.probing
+        return replace(filters, exempt=tuple(sorted(probing)))
 
     # -- fenced transitions ----------------------------------------------------
 
@@ -421,14 +494,125 @@ class IntentManager(models.Manager.from_queryset(IntentQuerySet)):  # type: igno
         return self._many("cancel", states.State.CANCELLED, ids, now)
 
     def _many(self, name: str, to: str, ids: Iterable[str], now: datetime | None) -> list[str]:
-        if isinstance(ids, str | bytes):
-            raise TypeError("ids must be an iterable of ids, not a single string")
-        checked = list(dict.fromkeys(check_id(id) for id in ids))
+        checked = _checked_ids(ids)
         if not checked:
             return []
         now, backend = now_or(now, self._alias()), self._backend()
         moved = administer_many(backend, name, checked, now=now)
         self._moved(to, [kind for _, kind in moved], backend)
+        return [id for id, _ in moved]
+
+    # -- redrive (SPEC §14) --------------------------------------------------------
+
+    def redrive(
+        self,
+        *,
+        kind: str | None = None,
+        target: str | None = None,
+        finished_after: datetime | None = None,
+        finished_before: datetime | None = None,
+        dry_run: bool = False,
+        now: datetime | None = None,
+        batch_size: int = INSERT_BATCH,
+        progress: Callable[[int], object] | None = None,
+    ) -> int:
+        """Run the matching cancelled intents again; return how many (``dry_run``: would).
+
+        Each becomes ``pending``, due at ``now``, with its id, payload,
+        ``attempts`` and ``last_error`` kept and a fresh ``MAX_ATTEMPTS``: the
+        attempts that counted so far are written off (``written_off``). An
+        intent matches by ``kind``, ``target`` and when it was cancelled (its
+        ``updated_at``): from ``finished_after`` (inclusive) to
+        ``finished_before`` (exclusive), and not after ``now``, so that one
+        cancelled again while the redrive runs is left for the next.
+
+        Batches of ``batch_size`` commit one at a time, each fenced on the
+        state: a redrive of a million intents holds no lock for long, and an
+        intent that moved meanwhile is left as it is and not counted. Call it
+        outside a transaction, or every batch's locks are held until the
+        caller commits. ``progress`` is called after each batch with the
+        number of intents it looked at. ``dry_run`` counts what would be run
+        again, in one query, and writes nothing.
+        """
+        if not isinstance(dry_run, bool):
+            raise TypeError(f"dry_run must be True or False, not {dry_run!r}")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int):
+            raise TypeError(f"batch_size must be an int, not {type(batch_size).__name__}")
+        if not 1 <= batch_size <= INSERT_BATCH:
+            raise ValueError(f"batch_size must be from 1 to {INSERT_BATCH}, not {batch_size}")
+        if progress is not None and not callable(progress):
+            raise TypeError(f"progress must be callable, not {type(progress).__name__}")
+        now = now_or(now, self._alias())
+        rows = self.redrivable(
+            kind=kind,
+            target=target,
+            finished_after=finished_after,
+            finished_before=finished_before,
+            now=now,
+        )
+        if dry_run:
+            return rows.count()
+        backend, done, last = self._backend(), 0, None
+        while page := rows.page_by_age(last, batch_size):
+            ids = [id for _, id in page]
+            done += len(self._redrive(backend, ids, now))
+            if progress is not None:
+                progress(len(ids))
+            if len(page) < batch_size:
+                break
+            last = page[-1]
+        return done
+
+    def redrivable(
+        self,
+        *,
+        kind: str | None = None,
+        target: str | None = None,
+        finished_after: datetime | None = None,
+        finished_before: datetime | None = None,
+        now: datetime | None = None,
+    ) -> IntentQuerySet:
+        """The cancelled intents that ``redrive`` with the same arguments would run again."""
+        kind = None if kind is None else check_text("kind", kind)
+        target = None if target is None else check_text("target", target)
+        after = None if finished_after is None else aware("finished_after", finished_after)
+        before = None if finished_before is None else aware("finished_before", finished_before)
+        if after is not None and before is not None and after >= before:
+            raise ValueError(
+                f"finished_after ({after}) must be earlier than finished_before ({before})"
+            )
+        lookups = {
+            "state": states.State.CANCELLED,
+            "updated_at__lte": now_or(now, self._alias()),
+            "kind": kind,
+            "target": target,
+            "updated_at__gte": after,
+            "updated_at__lt": before,
+        }
+        rows: IntentQuerySet = self.get_queryset().filter(
+            **{lookup: value for lookup, value in lookups.items() if value is not None}
+        )
+        return rows
+
+    def redrive_many(self, ids: Iterable[str], *, now: datetime | None = None) -> list[str]:
+        """Redrive the cancelled intents among ``ids``; return the ids it moved, in no
+        particular order. The others (pending, running, completed, unknown) are left.
+
+        What the admin's *Redrive* runs on a selection, a transaction per
+        ``INSERT_BATCH`` intents as ``redrive`` does.
+        """
+        checked = _checked_ids(ids)
+        if not checked:
+            return []
+        now, backend = now_or(now, self._alias()), self._backend()
+        moved: list[str] = []
+        for start in range(0, len(checked), INSERT_BATCH):
+            moved += self._redrive(backend, checked[start : start + INSERT_BATCH], now)
+        return moved
+
+    def _redrive(self, backend: Backend, ids: list[str], now: datetime) -> list[str]:
+        moved = redrive_batch(backend, ids, now=now)
+        self._announce(states.State.PENDING, [kind for _, kind in moved], backend)
         return [id for id, _ in moved]
 
     # -- paused kinds (SPEC §11) -------------------------------------------------
@@ -451,6 +635,134 @@ class IntentManager(models.Manager.from_queryset(IntentQuerySet)):  # type: igno
     def paused(self) -> set[str]:
         """The kinds paused now."""
         return self._backend().paused()
+
+    # -- targets (SPEC §14) --------------------------------------------------------
+
+    def targets(
+        self, kind: str | None = None, state: str | None = None, *, now: datetime | None = None
+    ) -> list[TargetRow]:
+        """Every (kind, target) that is not plainly healthy, by kind and target.
+
+        Held, open and half-open targets, and closed ones counting failures;
+        ``state`` narrows to one of ``rules.targets.TargetHealth``. A row's
+        ``until`` is ``None`` once ``now`` has passed it.
+        """
+        if kind is not None:
+            kind = check_text("kind", kind)
+        if state is not None and state not in set(TargetHealth):
+            expected = ", ".join(TargetHealth)
+            raise ValueError(f"unknown target state {state!r}; expected one of {expected}")
+        alias = self._alias()
+        return read_target_rows(alias, now=now_or(now, alias), kind=kind, state=state)
+
+    def open_target(
+        self, kind: str, target: str, seconds: float, *, now: datetime | None = None
+    ) -> bool:
+        """Hold every intent of ``kind`` to ``target`` for ``seconds`` from now; ``True``
+        unless it was already held until then.
+
+        Nothing of that target is claimed until then (attempts already running
+        finish); ``close_target`` lifts it sooner. A hold by hand keeps the
+        target's count of failures.
+        """
+        kind, target = check_text("kind", kind), check_text("target", target)
+        delta = hold_for(seconds)
+        alias = self._alias()
+        now = now_or(now, alias)
+        until = later(now, delta, "seconds")
+        previous = hold_target_row(alias, kind, target, until=until, now=now)
+        return self._target_moved(kind, target, TargetHealth.HELD, previous)
+
+    def close_target(self, kind: str, target: str) -> bool:
+        """Make ``target`` healthy now: claims take its intents again at once, its
+        failures and cooldown forgotten; ``True`` if it was not plainly healthy."""
+        kind, target = check_text("kind", kind), check_text("target", target)
+        previous = close_target_row(self._alias(), kind, target)
+        return self._target_moved(kind, target, TargetHealth.CLOSED, previous)
+
+    def _target_moved(
+        self, kind: str, target: str, state: TargetHealth, previous: TargetHealth | None
+    ) -> bool:
+        """Send ``target_state_changed`` once the change commits; whether there was one."""
+        if previous is None:
+            return False
+        self._changed([(kind, target, state, previous)], self._backend())
+        return True
+
+    # -- target health (SPEC §14) -------------------------------------------------
+
+    def record_target_events(
+        self, events: Iterable[TargetEvent], *, now: datetime | None = None
+    ) -> list[Change]:
+        """Apply what attempts' ends say of their targets (``store/targets.py``): count a
+        breaker's failures, open, close, hold. In the caller's transaction when there is
+        one, so that a pool writes them with the results they come from; the
+        changes are announced (``target_state_changed``) once it commits, and
+        returned as ``(kind, target, state, previous)``."""
+        events = list(events)
+        if not events:
+            return []
+        now, backend = now_or(now, self._alias()), self._backend()
+        breakers = _breakers(get_settings().targets, None)
+        changes = target_health.record(backend, events, now=now, breakers=breakers)
+        self._changed(changes, backend)
+        return changes
+
+    def end_holds(self, *, now: datetime | None = None) -> int:
+        """Delete the rows of holds that are over (a pool's housekeeping); how many changed."""
+        now, backend = now_or(now, self._alias()), self._backend()
+        changes = target_health.ended(backend, now=now)
+        self._changed(changes, backend)
+        return len(changes)
+
+    def _probes(
+        self,
+        backend: Backend,
+        claimed: Claims[Any],
+        exempt: tuple[str, ...],
+        now: datetime,
+        memory: ClaimMemory | None,
+    ) -> Claims[Any]:
+        """Keep one intent per half-open target as its probe, if this claim wins it; give
+        back unstarted what else the claim took of the targets it probed."""
+        keys = set(exempt)
+        kept: list[Any] = []
+        back: list[Ending] = []
+        decided: dict[str, bool] = {}
+        for pair in claimed:
+            intent = pair[0]
+            key = target_key(intent.kind, intent.target)
+            if key not in keys:
+                kept.append(pair)
+                continue
+            if key not in decided:
+                decided[key] = target_health.take_probe(backend, key, intent.id, now=now)
+                if memory is not None:
+                    memory.probing.pop(key, None)
+                if decided[key]:
+                    kept.append(pair)
+                    continue
+            back.append(Ending(intent.id, intent.claim_token, states.State.PENDING, unstarted=True))
+        if not back:
+            return claimed
+        backend.finish_many(back, now=now)
+        result = claimed.carrying(kept, completed=claimed.completed)
+        result.held_back = True
+        return result
+
+    def _changed(self, changes: list[Change], backend: Backend) -> None:
+        """Announce target state changes once they are committed."""
+        if not changes or not target_state_changed.has_listeners(self.model):
+            return
+        model = self.model
+
+        def send() -> None:
+            for kind, target, state, previous in changes:
+                target_state_changed.send(
+                    sender=model, kind=kind, target=target, state=state, previous=previous
+                )
+
+        _after_commit(backend, send)
 
     # -- plumbing --------------------------------------------------------------
 
@@ -480,12 +792,31 @@ def _after_commit(backend: Backend, send: Callable[[], object]) -> None:
         send()
 
 
+def _checked_ids(ids: Iterable[str]) -> list[str]:
+    """``ids`` checked, each once, in order; a single string is refused, not spelled out."""
+    if isinstance(ids, str | bytes):
+        raise TypeError("ids must be an iterable of ids, not a single string")
+    return list(dict.fromkeys(check_id(id) for id in ids))
+
+
 def _filters(kinds: Any, since: Any, max_attempts: int | None) -> ClaimFilters:
     return ClaimFilters(
         kinds=validation.kinds(kinds),
         since=None if since is None else aware("since", since),
         max_attempts=max_attempts,
     )
+
+
+_EXPIRED = "the lease expired and was taken over"
+
+
+def _breakers(policies: Mapping[str, Any], kinds: list[str] | None) -> dict[str, Breaker]:
+    """The breakers of ``kinds`` (``None``: every kind)."""
+    return {
+        kind: policy.breaker
+        for kind, policy in policies.items()
+        if policy.breaker is not None and (kinds is None or kind in kinds)
+    }
 
 
 def _atomic_if(needed: bool, alias: str) -> Any:

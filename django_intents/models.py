@@ -1,4 +1,4 @@
-"""The tables: an intent and its state machine, and the paused kinds.
+"""The tables: an intent and its state machine, the paused kinds, the rollup, the targets' health.
 
 The state names, the claim order and the column sizes come from ``rules/``,
 where the store reads them too; the constraints hold the state machine's
@@ -17,6 +17,7 @@ from django_intents.managers import IntentManager
 from django_intents.rules import states
 from django_intents.rules.identity import ID_LENGTH, MAX_LENGTHS
 from django_intents.rules.states import State
+from django_intents.rules.targets import TargetHealth
 from django_intents.rules.validation import PRIORITY_RANGE
 from django_intents.store import partial_indexes_served
 from django_intents.tracing import MAX_CONTEXT
@@ -48,6 +49,11 @@ class Intent(models.Model):
     # process of the previous release, which does not name the column, still
     # enqueue while a deployment rolls out.
     snoozes = models.PositiveIntegerField(default=0, db_default=0)
+    # Attempts a redrive wrote off (SPEC §14): the count is ``attempts - snoozes
+    # - written_off`` (``rules.retries.counted``), so a redriven intent gets its
+    # budget afresh while ``attempts`` keeps its history. The database default
+    # serves processes of the previous release.
+    written_off = models.PositiveIntegerField(default=0, db_default=0)
     # Higher runs first among due intents (SPEC §11). The database default
     # lets a process of the previous release, which does not name the column,
     # still enqueue while a deployment rolls out.
@@ -197,3 +203,71 @@ class Rollup(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.minute:%Y-%m-%d %H:%M}"
+
+
+class TargetState(models.Model):
+    """One (kind, target) that is not plainly healthy: held, open, half-open, or failing.
+
+    A row exists only while a target needs one (SPEC §14: a row per unhealthy
+    target, never per intent) and is deleted once the target is healthy
+    again. The key is ``rules/targets.target_key(kind, target)``: a target
+    may be 2,048 characters, too long for a unique index beside its kind on
+    MySQL, so the row is found by a hash of both.
+    """
+
+    key = models.CharField(primary_key=True, max_length=64)
+    kind = models.CharField(max_length=MAX_LENGTHS["kind"])
+    target = models.CharField(max_length=MAX_LENGTHS["target"])
+    state = models.CharField(
+        max_length=max(len(value) for value in TargetHealth),
+        choices=[(value.value, value.value.replace("_", "-")) for value in TargetHealth],
+        default=TargetHealth.CLOSED.value,
+    )
+    failures = models.PositiveIntegerField(default=0)  # consecutive failed attempts
+    # consecutive openings: how often the cooldown has doubled
+    openings = models.PositiveIntegerField(default=0)
+    until = models.DateTimeField(null=True, blank=True)  # when it may be tried again
+    last_error = models.TextField(blank=True, default="")
+    updated_at = models.DateTimeField()
+    # The intent out as a half-open target's probe; "" while half-open: the
+    # next claim of a pool that read the row may take one (rules/targets.Health).
+    probe = models.CharField(max_length=ID_LENGTH, blank=True, default="")
+
+    class Meta:
+        ordering = ("kind", "target")
+        indexes = (
+            models.Index(fields=("kind", "state"), name="intents_targets_kind_state"),
+            # The targets that block, by state (PostgreSQL's claims read them as
+            # a set, the pools' watch and sweep by state): the rows of targets
+            # that only count failures are not read. SQLite and MySQL also look
+            # intents up by (kind, target): an index migration 0016 makes, a
+            # prefix one on MySQL, whose keys cannot hold a whole target.
+            models.Index(fields=("state", "until"), name="intents_targets_state_until"),
+        )
+
+    def __str__(self) -> str:
+        return f"{self.kind} → {self.target}: {self.state}"
+
+
+class TargetStart(models.Model):
+    """One attempt of a rated kind that started for a target (SPEC §14 ``rate``).
+
+    A claim of a kind with a ``rate`` counts its target's rows inside the
+    rate's window, under the kind's limit lock, and writes one row per intent
+    it takes: a claim is a start, an expired lease's re-claim included. Rows
+    older than the window are pruned by the same claims, so the table holds
+    about ``N`` rows per target that started lately. ``target_key`` is
+    ``rules/targets.target_key(kind, target)``: exact on every database (the
+    ``target`` column compares case-insensitively on MySQL), and short.
+    """
+
+    target_key = models.CharField(max_length=64)
+    kind = models.CharField(max_length=MAX_LENGTHS["kind"])
+    target = models.CharField(max_length=MAX_LENGTHS["target"])
+    started_at = models.DateTimeField()
+
+    class Meta:
+        indexes = (models.Index(fields=("kind", "started_at"), name="intents_starts_kind_at"),)
+
+    def __str__(self) -> str:
+        return f"{self.kind} → {self.target} at {self.started_at:%Y-%m-%d %H:%M:%S}"

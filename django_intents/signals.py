@@ -29,3 +29,7 @@ intents_rescued = Signal()
 
 # kind, outcome (an Outcome), duration (seconds), intent.
 attempt_finished = Signal()
+
+# kind, target, state (a rules.targets.TargetHealth), previous (the state before):
+# a target was held, opened, half-opened or closed (SPEC §14).
+target_state_changed = Signal()

@@ -22,8 +22,10 @@ from typing import Any
 try:
     from opentelemetry import propagate, trace
     from opentelemetry.trace import Link, SpanKind, StatusCode
-except ImportError:  # the otel extra is not installed
-    trace = None
+
+    INSTALLED = True
+except ImportError:  # the otel extra is not installed: nothing below touches those names
+    INSTALLED = False
 
 SYSTEM = "django_intents"
 # ``Intent.trace_context``'s length: a long ``tracestate`` is dropped, the
@@ -35,7 +37,7 @@ FAILED = frozenset({"error", "stopped"})
 
 
 def enabled() -> bool:
-    return trace is not None
+    return INSTALLED
 
 
 def tracer() -> Any:
@@ -48,13 +50,13 @@ def sending(rows: Sequence[dict[str, Any]]) -> contextlib.AbstractContextManager
 
     Without the extra, one shared no-op: enqueue pays no generator for it.
     """
-    return NOTHING if trace is None or not rows else _sending(rows)
+    return _sending(rows) if INSTALLED and rows else NOTHING
 
 
 def processing(claim: Any) -> contextlib.AbstractContextManager[None]:
     """A ``process`` span around one attempt (an ``execution.Claim``, which imports
     this module), linked to the intent's send span; without the extra, a no-op."""
-    return NOTHING if trace is None else _processing(claim)
+    return _processing(claim) if INSTALLED else NOTHING
 
 
 @contextlib.contextmanager

@@ -221,6 +221,7 @@ class TestQueryPlan:
                 "intents_lease_mysql_idx",
                 "intents_finished_mysql_idx",
                 "intents_prioritized_mysql_idx",
+                "intents_ordered_mysql_idx",
             }
         else:
             expected |= {
@@ -229,6 +230,7 @@ class TestQueryPlan:
                 "intents_finished_idx",
                 "intents_high_priority_idx",
                 "intents_low_priority_idx",
+                "intents_ordered_idx",  # ordered kinds' heads (test_ordered.py)
             }
         # Migration 0003: no varchar_pattern_ops copy of the primary key on PostgreSQL,
         # no condition-less copies of the partial indexes on MySQL.
@@ -410,6 +412,19 @@ def test_every_claim_statement_fits_psycopgs_cache_of_converted_queries(vendor):
         ],
     ]
     statements.append(backend.zero_claim_query(now=at(1), limit=8, filters=worst))
+    # The portable claim of rated and ordered kinds (store/limited.py), statement by statement.
+    ordered = ClaimFilters(
+        kinds=kinds,
+        since=T0,
+        max_attempts=5,
+        ordered=("webhook",),
+        full_kinds=("another.kind",),
+        full_targets=(("webhook", "https://example.com/a"),),
+    )
+    statements.append(backend.scan_query(now=at(1), limit=8, filters=ordered))
+    for name in ("ordered_heads", "due_by_id", "claim_update"):
+        params = {"now": at(1), "kinds": [], "targets": [], "ids": [], "max_attempts": 5}
+        statements.append(bind(backend.sql[name], {**params, "salt": "s", "until": at(30)}))
     for statement, params in statements:
         assert len(statement.encode()) <= _queries.MAX_CACHED_STATEMENT_LENGTH, statement
         assert len(params) + len(tail) + 1 <= _queries.MAX_CACHED_STATEMENT_PARAMS, statement

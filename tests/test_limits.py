@@ -285,9 +285,9 @@ def test_postgresql_claims_plainly_while_there_is_room_and_exactly_when_short(ve
     # alone, room for 1 more of "a"; 3: "a" is full, so the plain claim takes
     # nothing and the exact one passes "a"; 4: exact at once, for TIGHT_FOR.
     assert taken == [[ids[0]], [ids[1]], [ids[3]], [ids[4]]]
-    plain = ["SELECT claimed.*, room.ok" in sql for sql in statements]
+    plain = ["SELECT cl.*, room.ok" in sql for sql in statements]
     branches = ["branch_high" in sql for sql in statements]
-    exact = ["ranked AS" in sql for sql in statements]
+    exact = ["rk AS (" in sql for sql in statements]
     assert plain == [True, True, True, False]
     assert branches == [True, False, False, False]
     assert exact == [False, False, True, True]
@@ -308,7 +308,7 @@ def test_postgresql_stays_plain_while_the_fullest_target_has_room_whatever_the_o
         taken.append(Intent.objects.claim_many(1, now=at(65)))
     claims = [q["sql"] for q in queries.captured_queries if "UPDATE" in q["sql"]]
     assert len(claims) == 5
-    assert all("SELECT claimed.*, room.ok" in sql and "ranked AS" not in sql for sql in claims)
+    assert all("SELECT cl.*, room.ok" in sql and "rk AS (" not in sql for sql in claims)
     assert [i.id for claim in taken for i in claim] == ids[:9]
     assert Counter(i.state for i in Intent.objects.all()) == {"running": 9, "pending": 3}
 
@@ -327,7 +327,7 @@ def test_postgresql_claims_plainly_what_fits_when_a_claim_outgrows_a_wide_cap(ve
             second = Intent.objects.claim_many(8, now=at(61))  # 6 of 8 fit
         third = Intent.objects.claim_many(8, now=at(62))
     sql = " ".join(q["sql"] for q in queries.captured_queries)
-    assert sql.count("SELECT claimed.*, room.ok") == 2 and "ranked AS" not in sql
+    assert sql.count("SELECT cl.*, room.ok") == 2 and "rk AS (" not in sql
     assert (len(first), len(second), len(third)) == (2, 6, 0)  # 2 + 6 = the cap of 8
     assert second.held_back and not second.bound  # not asked for; no target near its cap
     assert third.held_back and third.bound

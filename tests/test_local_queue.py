@@ -49,6 +49,18 @@ def test_quick_handlers_queue_a_tenth_of_a_second_of_what_the_threads_finish():
     assert 190 <= queue.capacity() - 8 <= 200  # 2,000/s x 0.1 s
 
 
+@pytest.mark.parametrize("awaited", [False, True], ids=["threads", "event-loop"])
+def test_a_group_with_a_rated_kind_claims_only_for_its_idle_threads_or_slots(awaited):
+    # A claim is the start a rate counts: nothing claimed may wait to start later.
+    clock = Clock()
+    rated = Demand(8, awaited=awaited, rated=True, clock=clock)
+    finishing(rated, clock, per_second=2000, seconds=2)
+    assert rated.capacity() == 8
+    unrated = Demand(8, awaited=awaited, clock=clock)
+    finishing(unrated, clock, per_second=2000, seconds=2)
+    assert unrated.capacity() > 8
+
+
 def test_the_local_queue_is_bounded_by_queue_max_and_by_a_tenth_of_the_lease():
     clock = Clock()
     fast = Demand(8, clock=clock)

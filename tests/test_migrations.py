@@ -47,7 +47,11 @@ def test_0009_swaps_the_kind_index_for_one_with_event_ids_and_indexes_created_at
         reversed_to = index_names()
     finally:
         call_command("migrate", "django_intents", verbosity=0)
-    assert latest - reversed_to == {"intents_created_idx", "intents_kind_state_event_idx"}
+    # 0015's index of ordered heads goes too, back past it.
+    ordered = {
+        "intents_ordered_mysql_idx" if connection.vendor == "mysql" else "intents_ordered_idx"
+    }
+    assert latest - reversed_to == {"intents_created_idx", "intents_kind_state_event_idx", *ordered}
     assert reversed_to - latest == {"intents_kind_state_idx"}
     assert index_names() == latest
     if connection.vendor == "postgresql":
@@ -136,3 +140,19 @@ def test_reversing_0006_drops_the_paused_kinds_and_reapplying_makes_an_exact_key
                 [table],
             )
             assert cursor.fetchone()[0] == expected
+
+
+def test_reversing_0013_drops_written_off_and_reapplying_adds_it_at_0_for_existing_rows():
+    """Migration 0013_redrive: ``written_off``, 0 for rows written before it and by the
+    previous release, which does not name it and still enqueues mid-deployment."""
+    assert "written_off" in columns()
+    call_command("migrate", "django_intents", "0012", verbosity=0)
+    try:
+        reversed_to = columns()
+        insert_as_the_previous_release("a" * 64)
+    finally:
+        call_command("migrate", "django_intents", verbosity=0)
+    assert "written_off" not in reversed_to
+    insert_as_the_previous_release("b" * 64)
+    rows = Intent.objects.order_by("id").values_list("attempts", "snoozes", "written_off")
+    assert list(rows) == [(3, 0, 0), (3, 0, 0)]

@@ -44,6 +44,15 @@ def test_check_with_database_prints_no_w037():
 
 
 @pytest.mark.django_db
+def test_migrate_prints_no_w037():
+    """As the issue found it: ``migrate`` runs the checks with its database first."""
+    out, err = StringIO(), StringIO()
+    call_command("migrate", "--database", "default", skip_checks=False, stdout=out, stderr=err)
+    assert "W037" not in out.getvalue() + err.getvalue()
+    assert "No migrations to apply" in out.getvalue()
+
+
+@pytest.mark.django_db
 @isolate_apps("tests.testapp")
 def test_another_models_conditional_index_still_gets_w037_where_conditions_are_ignored():
     """The warning is dropped for Intent only, not silenced for every model."""

@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import re
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -32,7 +33,7 @@ from django_intents.worker.pool import WorkerPool
 from django_intents.worker.tally import COLUMNS, Tally
 
 from .conftest import external_kinds, intents, row
-from .workerutil import ROOT
+from .workerutil import ROOT, Worker, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -325,3 +326,39 @@ def test_with_debug_on_every_failure_logs_its_traceback(caplog):
     lines = [line for line in warnings(caplog) if ": failed: " in line]
     assert len(lines) == 3
     assert all("Traceback (most recent call last):" in line for line in lines)
+
+
+def test_a_service_pool_logs_its_summary_every_interval_and_once_more_at_sigterm():
+    """Issue 40: a pool that runs as a service (no ``--drain``) says how it goes while it
+    runs, not only once a minute, and its last line counts everything it did."""
+    done = [
+        Intent.objects.enqueue("test.ok", f"ok-{i}", "https://example.com/hook") for i in range(3)
+    ]
+    failing = Intent.objects.enqueue("test.fail", "f", "https://example.com/hook", {"n": 1})
+    Intent.objects.filter(pk=failing).update(attempts=5)  # its retry backs off a minute
+    worker = Worker(["--summary-interval", "0.5", "--workers", "2"], {}, {})
+    try:
+        interval = r"(\d+) attempt\(s\) finished in the last [\d.]+ s \([\d.]+/s\): (\d+) completed, (\d+) retried"
+
+        def counted() -> tuple[int, int]:
+            lines = re.findall(interval, worker.log)
+            return sum(int(m[1]) for m in lines), sum(int(m[2]) for m in lines)
+
+        wait_for(lambda: counted() == (3, 1), "interval lines counting 3 completed and 1 retried")
+        worker.signal(signal.SIGTERM)
+        worker.assert_clean_exit(timeout=20)
+        last = worker.log.strip().splitlines()[-1]
+        assert re.search(
+            r"INFO django_intents.worker: stopped: 3 completed, 1 retried, 0 snoozed, "
+            r"0 cancelled, 0 released, 0 timed out in [\d.]+ s \([\d.]+/s\)$",
+            last,
+        ), worker.log
+    finally:
+        worker.cleanup()
+    assert all(row(id).state == Intent.State.COMPLETED for id in done)
+    retried = row(failing)
+    assert (retried.state, retried.attempts, retried.last_error) == (
+        Intent.State.PENDING,
+        6,
+        "ValueError: boom 1",
+    )

@@ -19,6 +19,7 @@ from django.db import connection
 from django_intents.models import Intent
 from django_intents.rules.limits import Limit
 from django_intents.rules.states import CLAIM_ORDER, State, due
+from django_intents.rules.targets import BLOCKING, TargetHealth
 from django_intents.rules.validation import new_row
 from django_intents.store import ClaimFilters, backend_for
 from django_intents.store.base import Backend, Ending
@@ -374,6 +375,16 @@ def test_every_database_defines_the_same_statements_for_the_shared_verbs():
         "complete_many",
         "finish_many",
         "live_leases",
+        "ordered_heads",
+        "due_by_id",
+        "target_rows",
+        "target_insert",
+        "target_save",
+        "target_delete",
+        "target_watch",
+        "target_probe",
+        "probe_states",
+        "target_ended",
         "pause",
         "resume",
         "paused",
@@ -382,7 +393,12 @@ def test_every_database_defines_the_same_statements_for_the_shared_verbs():
         "administer_select",
         "administer_retry_now",
         "administer_cancel",
+        "administer_select_cancelled",
+        "administer_redrive",
         "rollup_add",
+        "rate_starts",
+        "rate_record",
+        "rate_prune",
     }
     own = {
         "sqlite": {"claim_update", "begin_immediate", "commit", "rollback", "data_version"},
@@ -413,6 +429,8 @@ def test_every_database_defines_the_same_statements_for_the_shared_verbs():
             "roomy_claim_zero",
             "limit_lock",
             "limit_lock_only",
+            "scan",
+            "claim_update",
             "serial_plans",
             "parallel_plans",
         },
@@ -459,8 +477,11 @@ def test_a_group_may_name_the_statements_own_parameters():
 @pytest.mark.django_db(databases=[])
 def test_the_sql_files_name_only_the_states_rules_states_defines():
     """State names are literals in the SQL (partial indexes match them), so a
-    renamed state would leave them behind: every one must be a ``State``."""
+    renamed state would leave them behind: every one must be a ``State``, or a
+    ``TargetHealth`` (the states of ``TargetState``, SPEC §14)."""
     named = set()
     for path in SQL.glob("*.sql"):
         named |= set(re.findall(r"state\s*(?:=|<>)\s*'(\w+)'", path.read_text()))
-    assert named and named <= {state.value for state in State}, named
+    known = {state.value for state in State} | {health.value for health in TargetHealth}
+    assert named and named <= known, named
+    assert {health.value for health in BLOCKING} <= named

@@ -145,13 +145,7 @@ def _run(
     """Work through one phase; return False if ``max_batches`` ran out first."""
     after: tuple[datetime, str] | None = None
     while True:
-        page = phase.rows.order_by("updated_at", "id")
-        if after is not None:
-            at, last = after
-            # The redundant ">=" is the index bound; the OR alone would make the
-            # database rescan the rows already done, once per batch.
-            page = page.filter(Q(updated_at__gte=at), Q(updated_at__gt=at) | Q(id__gt=last))
-        rows = list(page.values_list("updated_at", "id")[:batch_size])
+        rows = phase.rows.page_by_age(after, batch_size)
         if not rows:
             return True
         if max_batches is not None and report.batches >= max_batches:

@@ -22,6 +22,7 @@ class IntentRow(Protocol):
     priority: int
     attempts: int
     snoozes: int
+    written_off: int
     next_at: datetime
     created_at: datetime
     updated_at: datetime

@@ -26,17 +26,19 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from django_intents.rules.identity import check_text
+from django_intents.rules.targets import POLICY_KEYS, Rate, TargetPolicy, parse_policy
 
 if TYPE_CHECKING:
     from django_intents.rules.intent import IntentRow
 
 CAPS = ("running", "per_target")
-KEYS = (*CAPS, "timeout")
+KEYS = (*CAPS, "timeout", *POLICY_KEYS)
 
 
 @dataclass(frozen=True)
@@ -49,10 +51,24 @@ class Limit:
 
 Limits = Mapping[str, Limit]
 Running = Mapping[tuple[str, str], int]  # live leases per (kind, target)
+Rates = Mapping[str, Rate]
 
 
-def parse(value: Any) -> tuple[dict[str, Limit], dict[str, float]]:
-    """``INTENTS["LIMITS"]`` checked, as the claims' caps and the attempts' timeouts.
+@dataclass(frozen=True)
+class Started:
+    """The starts of one rated (kind, target) inside its window at a claim's ``now``."""
+
+    count: int
+    oldest: datetime
+
+
+T = TypeVar("T")
+
+
+def parse(
+    value: Any,
+) -> tuple[dict[str, Limit], dict[str, float], dict[str, TargetPolicy]]:
+    """``INTENTS["LIMITS"]`` checked: the claims' caps, the timeouts, the targets' policies.
 
     Raises ``ValueError`` naming what is wrong. Refused: anything but a
     non-empty dict of kind -> non-empty dict, a key other than ``running``,
@@ -60,7 +76,8 @@ def parse(value: Any) -> tuple[dict[str, Limit], dict[str, float]]:
     (``True`` included, though Python calls it 1), and a timeout that is not
     a positive, finite number of seconds (``int`` or ``float``, not ``bool``).
     An empty dict is refused at both levels: it limits nothing, so it is a
-    mistake more often than a choice; leave the key out instead.
+    mistake more often than a choice; leave the key out instead. ``rate``,
+    ``breaker`` and ``ordered`` (SPEC §14) are checked by ``rules/targets.py``.
     """
     if not isinstance(value, Mapping):
         raise ValueError(
@@ -69,7 +86,9 @@ def parse(value: Any) -> tuple[dict[str, Limit], dict[str, float]]:
         )
     if not value:
         raise ValueError("is empty: it limits nothing; leave LIMITS out or name a kind")
-    limits, timeouts = {}, {}
+    limits: dict[str, Limit] = {}
+    timeouts: dict[str, float] = {}
+    policies: dict[str, TargetPolicy] = {}
     for kind, caps in value.items():
         try:
             check_text("kind", kind)
@@ -77,8 +96,7 @@ def parse(value: Any) -> tuple[dict[str, Limit], dict[str, float]]:
             raise ValueError(f"has a bad kind {kind!r}: {exc}") from None
         if not isinstance(caps, Mapping) or not caps:
             raise ValueError(
-                f"[{kind!r}] must be a non-empty dict with 'running', 'per_target' and/or "
-                f"'timeout', not {caps!r}"
+                f"[{kind!r}] must be a non-empty dict with any of {', '.join(KEYS)}, not {caps!r}"
             )
         unknown = sorted(str(key) for key in caps if key not in KEYS)
         if unknown:
@@ -88,11 +106,16 @@ def parse(value: Any) -> tuple[dict[str, Limit], dict[str, float]]:
         for key, cap in caps.items():
             if key == "timeout":
                 timeouts[kind] = _seconds(kind, cap)
+            elif key in POLICY_KEYS:
+                continue
             elif isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
                 raise ValueError(f"[{kind!r}][{key!r}] must be a positive integer, not {cap!r}")
         if any(key in caps for key in CAPS):
             limits[kind] = Limit(running=caps.get("running"), per_target=caps.get("per_target"))
-    return limits, timeouts
+        policy = parse_policy(kind, caps)
+        if policy is not None:
+            policies[kind] = policy
+    return limits, timeouts, policies
 
 
 def _seconds(kind: str, value: Any) -> float:
@@ -105,20 +128,95 @@ def _seconds(kind: str, value: Any) -> float:
     return float(value)
 
 
-def applying(limits: Limits, kinds: Iterable[str] | None) -> dict[str, Limit]:
-    """The limits a claim of ``kinds`` (``None``: every kind) must apply."""
+def applying(limits: Mapping[str, T], kinds: Iterable[str] | None) -> dict[str, T]:
+    """The limits (or rates) a claim of ``kinds`` (``None``: every kind) must apply."""
     if kinds is None:
         return dict(limits)
     return {kind: limits[kind] for kind in kinds if kind in limits}
 
 
-class Admission:
-    """Which due intents fit under the limits, given the leases live right now."""
+def rates_of(policies: Mapping[str, TargetPolicy]) -> dict[str, Rate]:
+    """The kinds that have a ``rate`` (SPEC §14), and their rates."""
+    return {kind: policy.rate for kind, policy in policies.items() if policy.rate is not None}
 
-    def __init__(self, limits: Limits, running: Running) -> None:
-        self._limits = limits
+
+def ordered_kinds(policies: Mapping[str, TargetPolicy], kinds: Iterable[str] | None) -> list[str]:
+    """The kinds with ``"ordered": True`` (SPEC §14) that a claim of ``kinds`` takes."""
+    ordered = sorted(kind for kind, policy in policies.items() if policy.ordered)
+    if kinds is None:
+        return ordered
+    asked = set(kinds)
+    return [kind for kind in ordered if kind in asked]
+
+
+def limited_kinds(limits: Limits, policies: Mapping[str, TargetPolicy]) -> frozenset[str]:
+    """The kinds whose claims take the limited path: those with caps, and the ordered ones.
+
+    A pool's claims of them complete its finished claims first (``Riders``),
+    and a claim that finds nothing of them does not prove that nothing is due.
+    """
+    return frozenset(limits) | frozenset(ordered_kinds(policies, None))
+
+
+def heads(
+    intents: Iterable[IntentRow],
+    ordered: Collection[str],
+    head_of: Mapping[tuple[str, str], str | None],
+) -> tuple[list[IntentRow], set[str]]:
+    """Of due ``intents``, those that order lets start, and the ids of those it keeps waiting.
+
+    An intent of an ordered kind may start only when no intent of its kind and
+    target created before it is ``pending`` or ``running`` (SPEC §14): when it
+    is its target's head, the oldest of those (``head_of``, per (kind, target),
+    as the table says). Intents of other kinds are not ordered.
+    """
+    free: list[IntentRow] = []
+    behind: set[str] = set()
+    for intent in intents:
+        if intent.kind in ordered and head_of.get((intent.kind, intent.target)) != intent.id:
+            behind.add(intent.id)
+        else:
+            free.append(intent)
+    return free, behind
+
+
+class Admission:
+    """Which due intents fit under the limits, given the leases live right now,
+    and under the rates, given the starts inside each window (``started``) at ``now``.
+
+    A rated (kind, target) with ``count`` starts in its window admits
+    ``Rate.left(count)`` more; each admitted intent is a start at ``now``.
+    An ordered kind (SPEC §14) runs at most one intent per target, its head:
+    to the count it is a ``per_target`` of 1, whatever its ``LIMITS`` say,
+    so a target whose head runs is full and left out of the scan. Whether a
+    due intent is its target's head is asked of the database (``store/limited.py``).
+    """
+
+    def __init__(
+        self,
+        limits: Limits,
+        running: Running,
+        ordered: Iterable[str] = (),
+        *,
+        rates: Rates | None = None,
+        started: Mapping[tuple[str, str], Started] | None = None,
+        now: datetime | None = None,
+    ) -> None:
+        self._ordered = frozenset(ordered)
+        self._limits = dict(limits)
+        for kind in self._ordered:
+            self._limits[kind] = replace(limits.get(kind, Limit()), per_target=1)
         self._pairs: Counter[tuple[str, str]] = Counter(running)
         self._kinds: Counter[str] = Counter()
+        self._rates = rates or {}
+        self._started: Counter[tuple[str, str]] = Counter()
+        self._oldest: dict[tuple[str, str], datetime] = {}
+        for pair, seen in (started or {}).items():
+            self._started[pair] = seen.count
+            self._oldest[pair] = seen.oldest
+        if self._rates and now is None:
+            raise ValueError("an admission under rates needs the claim's now")
+        self._now = now
         self.refused = 0
         for (kind, _), count in running.items():
             self._kinds[kind] += count
@@ -141,19 +239,46 @@ class Admission:
             and (cap := self._limits[kind].per_target) is not None
             and count >= cap
         ]
+        capped = set(pairs)
+        pairs += [pair for pair in self._spent() if pair[0] not in kinds and pair not in capped]
         return kinds, pairs
 
+    def _spent(self) -> list[tuple[str, str]]:
+        """The rated (kind, target) pairs whose window has no room left."""
+        rates = self._rates
+        return [
+            pair
+            for pair, count in self._started.items()
+            if pair[0] in rates and not rates[pair[0]].left(count)
+        ]
+
+    def reopens(self) -> datetime | None:
+        """When the first rated target without room may start again, if any.
+
+        Its oldest start in the window plus the window: exact when the window
+        holds ``N`` starts, as the claims keep it; earlier (a claim that finds
+        it still full, then waits again) if a smaller rate was configured since.
+        """
+        times = [self._oldest[pair] + self._rates[pair[0]].window for pair in self._spent()]
+        return min(times, default=None)
+
     def fits(self, kind: str, target: str) -> bool:
-        """Whether one more intent of ``kind`` for ``target`` may run; if so, count it."""
+        """Whether one more intent of ``kind`` for ``target`` may start; if so, count it."""
         limit = self._limits.get(kind)
-        if limit is None:
-            return True
-        if limit.running is not None and self._kinds[kind] >= limit.running:
+        rate = self._rates.get(kind)
+        if limit is not None:
+            if limit.running is not None and self._kinds[kind] >= limit.running:
+                return False
+            if limit.per_target is not None and self._pairs[kind, target] >= limit.per_target:
+                return False
+        if rate is not None and not rate.left(self._started[kind, target]):
             return False
-        if limit.per_target is not None and self._pairs[kind, target] >= limit.per_target:
-            return False
-        self._kinds[kind] += 1
-        self._pairs[kind, target] += 1
+        if limit is not None:
+            self._kinds[kind] += 1
+            self._pairs[kind, target] += 1
+        if rate is not None and self._now is not None:
+            self._started[kind, target] += 1
+            self._oldest.setdefault((kind, target), self._now)
         return True
 
     def admit(self, intents: Iterable[IntentRow], limit: int) -> list[IntentRow]:

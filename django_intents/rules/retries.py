@@ -5,7 +5,7 @@
 recorder ask ``retry_at``; the django.tasks runner asks ``gives_up`` with
 ``counted`` for its own bound too. The claim leaves an expired lease that
 used the last attempt to the store, which writes the same comparison in SQL
-(``attempts >= snoozes + MAX_ATTEMPTS``).
+(``attempts >= snoozes + written_off + MAX_ATTEMPTS``, the fragment ``uncounted``).
 """
 
 from __future__ import annotations
@@ -38,8 +38,9 @@ def backoff(id: str, attempts: int) -> timedelta:  # noqa: A002 - the public nam
 
 def counted(intent: IntentRow) -> int:
     """The attempts of ``intent`` that count: snoozes (``Retry(after=...)``) never
-    exhaust ``MAX_ATTEMPTS`` nor lengthen the backoff."""
-    return intent.attempts - intent.snoozes
+    exhaust ``MAX_ATTEMPTS`` nor lengthen the backoff, and a redrive writes off
+    the attempts made before it (``Intent.objects.redrive``)."""
+    return intent.attempts - intent.snoozes - intent.written_off
 
 
 def gives_up(attempts: int, max_attempts: int | None) -> bool:

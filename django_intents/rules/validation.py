@@ -197,6 +197,7 @@ def new_row(
             "state": State.PENDING.value,
             "attempts": 0,
             "snoozes": 0,
+            "written_off": 0,
             "priority": check_priority(priority),
             "next_at": now if next_at is None else aware("next_at", next_at),
             "created_at": now,

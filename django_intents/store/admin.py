@@ -81,27 +81,57 @@ def administer_many(
     """Run the administrative transition ``name`` on the unfinished intents among ``ids``;
     return ``(id, kind)`` of each one it moved.
 
-    One ``UPDATE ... RETURNING`` per batch; MySQL and MariaDB, which cannot
-    return from an update, lock the batch's unfinished rows first and update
-    those. The batches are one transaction: a selection moves whole or not at
-    all. Intents made due wake idle pools, as ``retry_now`` does.
+    One ``UPDATE ... RETURNING`` per batch (``administer``). The batches are
+    one transaction: a selection moves whole or not at all.
     """
     at = backend.dt(now)
-    table = backend.table
     moved: list[tuple[str, str]] = []
     with transaction.atomic(using=backend.alias), backend.cursor() as cursor:
         for start in range(0, len(ids), INSERT_BATCH):
-            batch = list(ids[start : start + INSERT_BATCH])
-            if table.returning:
-                rows = table.execute(cursor, f"administer_{name}", now=at, ids=batch).fetchall()
-            else:
-                rows = table.execute(cursor, "administer_select", ids=batch).fetchall()
-                if rows:
-                    found = [row[0] for row in rows]
-                    table.execute(cursor, f"administer_{name}", now=at, ids=found)
-            if rows and name == "retry_now" and "notify_kinds" in table.sql:
-                due = sorted({kind for _, kind, _ in rows})
-                other = sorted({kind for _, kind, priority in rows if priority})
-                table.execute(cursor, "notify_kinds", kinds=due, prioritized=other)
-            moved += [(id, kind) for id, kind, _ in rows]
+            moved += administer(backend, cursor, name, ids[start : start + INSERT_BATCH], at=at)
     return moved
+
+
+def redrive_batch(backend: Backend, ids: Sequence[str], *, now: datetime) -> list[tuple[str, str]]:
+    """Redrive the cancelled intents among ``ids`` (at most ``INSERT_BATCH``) in a
+    transaction of their own; return ``(id, kind)`` of each one it moved.
+
+    A redrive may reach every cancelled intent of a table, so each batch
+    commits alone: its locks are held for one statement, never across a pass.
+    """
+    if len(ids) > INSERT_BATCH:
+        raise ValueError(f"a redrive batch holds at most {INSERT_BATCH} ids, not {len(ids)}")
+    with transaction.atomic(using=backend.alias), backend.cursor() as cursor:
+        return administer(backend, cursor, "redrive", ids, at=backend.dt(now))
+
+
+# The intents each transition may move, locked first where the database cannot
+# return from an update; the transitions not named here move unfinished ones.
+_LOCK = {"redrive": "administer_select_cancelled"}
+# The transitions that make intents due now, which wakes idle pools.
+_WAKES = ("retry_now", "redrive")
+
+
+def administer(
+    backend: Backend, cursor: Any, name: str, batch: Sequence[str], *, at: Any
+) -> list[tuple[str, str]]:
+    """One batch of the transition ``name`` in the caller's transaction.
+
+    MySQL and MariaDB, which cannot return from an update, lock the batch's
+    rows the transition may move first and update those. Intents made due
+    wake idle pools, as ``retry_now`` does.
+    """
+    table = backend.table
+    if table.returning:
+        rows = table.execute(cursor, f"administer_{name}", now=at, ids=list(batch)).fetchall()
+    else:
+        lock = _LOCK.get(name, "administer_select")
+        rows = table.execute(cursor, lock, ids=list(batch)).fetchall()
+        if rows:
+            found = [row[0] for row in rows]
+            table.execute(cursor, f"administer_{name}", now=at, ids=found)
+    if rows and name in _WAKES and "notify_kinds" in table.sql:
+        due = sorted({kind for _, kind, _ in rows})
+        other = sorted({kind for _, kind, priority in rows if priority})
+        table.execute(cursor, "notify_kinds", kinds=due, prioritized=other)
+    return [(id, kind) for id, kind, _ in rows]

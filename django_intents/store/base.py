@@ -37,6 +37,10 @@ from django_intents.store.wakeups import POLL, CommitWatch, Listening, Wakeup
 if TYPE_CHECKING:
     from django.db.models import Model
 
+# Targets an ``ordered_heads`` statement asks about at most: a column each, and
+# SQLite returns at most 2,000 columns.
+HEADS_BATCH = 500
+
 # PostgreSQL's channels: new due work, and of another priority than 0 (postgresql/listen.py).
 NOTIFY_CHANNEL, PRIORITY_CHANNEL = "django_intents", "django_intents_priority"
 
@@ -138,15 +142,16 @@ class Backend:
     def claim_asked(self, ask: Ask) -> Claims[Claimed]:
         """By default the due rows are selected (``claim``), then updated by primary
         key (``claim_update``), in one write transaction (``write_transaction``)
-        that makes the pair atomic against other claimers. ``LIMITS`` take
-        ``limited.py``'s path."""
+        that makes the pair atomic against other claimers. ``LIMITS`` caps, rates
+        and ordered kinds take ``limited.py``'s path."""
         now, until, limit, filters = ask.now, ask.until, ask.limit, ask.filters
         completed = self.complete_many(ask.complete, now=now) if ask.complete else []
-        if filters.limits:
+        if filters.limited:
             claims = limited_claim(
                 self.table,
                 lock=self.limit_lock,
                 scan=self.scan,
+                ordered=self,
                 now=now,
                 until=until,
                 limit=limit,
@@ -163,7 +168,7 @@ class Backend:
     def scan(self, cursor: Any, now: datetime, limit: int, filters: ClaimFilters) -> list[Any]:
         """The due rows the claim statement finds (and locks, where the database can)."""
         rows: list[Any] = []
-        for statement, params in self.claim_queries(now=now, limit=limit, filters=filters):
+        for statement, params in self.scan_queries(now=now, limit=limit, filters=filters):
             cursor.execute(statement, params)
             rows += cursor.fetchall()
         return rows
@@ -173,6 +178,37 @@ class Backend:
     ) -> list[tuple[str, Any]]:
         """The statements a claim runs to find its intents, bound; tests ``EXPLAIN`` them."""
         return [bind(self.sql.claim, self.claim_params(now=now, limit=limit, filters=filters))]
+
+    def scan_queries(
+        self, *, now: datetime, limit: int, filters: ClaimFilters
+    ) -> list[tuple[str, Any]]:
+        """What ``scan`` runs, bound: the claim statement, where it selects (and locks)."""
+        return self.claim_queries(now=now, limit=limit, filters=filters)
+
+    def ordered_heads(
+        self, cursor: Any, pairs: list[tuple[str, str]]
+    ) -> dict[tuple[str, str], str]:
+        """The head of each ordered (kind, target) of ``pairs`` (``limited.py``): the id of
+        its oldest intent pending or running. ``HEADS_BATCH`` pairs a statement."""
+        head_of: dict[tuple[str, str], str] = {}
+        for start in range(0, len(pairs), HEADS_BATCH):
+            batch = pairs[start : start + HEADS_BATCH]
+            asked = [self.head_params(*pair) for pair in batch]
+            [found] = self.table.execute(cursor, "ordered_heads", pairs=asked).fetchall()
+            head_of.update((pair, id) for pair, id in zip(batch, found, strict=True) if id)
+        return head_of
+
+    def head_params(self, kind: str, target: str) -> tuple[str, ...]:
+        """What ``ordered_heads`` takes for one target, in its order."""
+        return (kind, target)
+
+    def due_by_id(
+        self, cursor: Any, now: datetime, ids: list[str], filters: ClaimFilters
+    ) -> list[Any]:
+        """The rows of ``ids`` a claim may take at ``now``, locked where the database can."""
+        params = self.claim_params(now=now, filters=filters)
+        rows: list[Any] = self.table.execute(cursor, "due_by_id", **params, ids=ids).fetchall()
+        return rows
 
     def candidate_queries(
         self, *, now: datetime, limit: int, filters: ClaimFilters
@@ -245,7 +281,7 @@ class Backend:
 
     def attempts(self, id: str, token: str) -> int | None:  # noqa: A002
         """The attempts of a claim still held that count toward ``MAX_ATTEMPTS``
-        (its snoozes left out), ``None`` when it is not held."""
+        (its snoozes and written-off attempts left out), ``None`` when it is not held."""
         rows = self.table.run("attempts", id=id, token=token)
         return None if not rows else int(rows[0][0]) - int(rows[0][1])
 

@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from django_intents.rules.limits import Limit
+from django_intents.rules.targets import Rate
 from django_intents.store.memory import ClaimMemory
 
 if TYPE_CHECKING:
@@ -23,9 +24,22 @@ class ClaimFilters:
     max_attempts: int | None = None  # leave out expired leases that used the last attempt
     # The limits of the kinds claimed (``limits.py``); empty: the claim is unlimited.
     limits: Mapping[str, Limit] = field(default_factory=dict)
+    # The rates of the kinds claimed (SPEC §14): such a claim takes ``limited.py``'s path.
+    rates: Mapping[str, Rate] = field(default_factory=dict)
+    # The kinds claimed with "ordered": True (SPEC §14): each target's intents
+    # start one at a time, oldest first. They take the limited claim too.
+    ordered: tuple[str, ...] = ()
     # Set by a limited claim for its scan: kinds and (kind, target) pairs with no room left.
     full_kinds: tuple[str, ...] = ()
     full_targets: tuple[tuple[str, str], ...] = ()
+    # The keys of the half-open targets (``TargetState``) this claimer read, of
+    # which it may take one intent each as the probe (``store/targets.py``).
+    exempt: tuple[str, ...] = ()
+
+    @property
+    def limited(self) -> bool:
+        """Whether the claim takes the limited path: ``LIMITS`` caps, rates or ordered kinds."""
+        return bool(self.limits or self.rates or self.ordered)
 
 
 @dataclass(frozen=True)
@@ -63,7 +77,9 @@ class Claims(list[T]):
     claim without a floor knows it, is the ``next_at`` of the first due
     intent of priority 0, held back or not (the claim's ``now`` when none
     was due): no held-back intent lies below it, so the pool's floor may
-    rise to it (``ClaimFloor.claimed``).
+    rise to it (``ClaimFloor.claimed``). ``next_start``, from a claim of kinds
+    with a ``rate``, is when the first of their targets whose window is full
+    may start again: a pool wakes then, not at its next poll.
     """
 
     def __init__(
@@ -74,18 +90,25 @@ class Claims(list[T]):
         bound: bool | None = None,
         completed: Sequence[Any] = (),
         oldest_due: datetime | None = None,
+        next_start: datetime | None = None,
     ) -> None:
         super().__init__(items)
         self.held_back = held_back
         self.bound = held_back if bound is None else bound
         self.completed = list(completed)
         self.oldest_due = oldest_due
+        self.next_start = next_start
 
     def carrying(self, items: Sequence[Any], *, completed: Sequence[Any]) -> Claims[Any]:
         """``items`` (this claim's, as another type) with what this claim says of itself."""
         held_back, bound, oldest_due = self.held_back, self.bound, self.oldest_due
         return Claims(
-            items, held_back=held_back, bound=bound, completed=completed, oldest_due=oldest_due
+            items,
+            held_back=held_back,
+            bound=bound,
+            completed=completed,
+            oldest_due=oldest_due,
+            next_start=self.next_start,
         )
 
 

@@ -17,6 +17,30 @@ the one write lock SQLite has anyway), then, in the same transaction:
 Completions, retries and releases take no lock: they only free slots, and a
 claim that counted a slot a moment before it freed just takes one fewer.
 Kinds without limits claimed in the same call are admitted as they come.
+
+Ordered kinds (SPEC §14, ``"ordered": True``) take this path on every
+database. To the count they have a ``per_target`` of 1, so a target whose
+head runs is left out of the scan. For the ordered targets among the due
+intents the scan finds, the table names each one's head, the oldest intent
+pending or running (``Ordered.ordered_heads``: the first entry of the target in the
+index of migration 0015); only a head may start (``limits.heads``). A head
+the scan did not reach, a retry due after the intents behind it, is read by
+its key if it is due (``Ordered.due_by_id``). A target whose head is not due
+(snoozed, or retrying later) waits: the claim scans again without it, at
+most ``ROUNDS`` times, so that the backlogs of waiting targets at the front
+of the queue do not hide the others. Each round claims what it admitted
+before the next scans, which then does not see it as due.
+
+Kinds with a ``rate`` (SPEC §14) take this path on every database, under the
+same lock: step 1 also counts each rated target's starts inside its window
+(``TargetStart``, ``rate_starts``), a target with none left is left out of
+the scan like a full one, and each intent taken of a rated kind is written
+down as a start (``rate_record``), the starts older than twice the longest
+window pruned (``rate_prune``). A claim is a start: an expired lease's
+re-claim counts too. The lock makes count-then-record atomic across every
+pool. The claim says when the first spent target's window reopens
+(``Claims.next_start``), whether or not intents of it wait: a pool woken
+for nothing finds nothing to take, and sleeps again.
 """
 
 from __future__ import annotations
@@ -25,10 +49,11 @@ import contextlib
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from django_intents.rules.batches import MAX_LIMIT
-from django_intents.rules.limits import Admission
+from django_intents.rules.limits import Admission, Rates, Started, heads
+from django_intents.rules.targets import target_key
 from django_intents.store.claims import Claimed, ClaimFilters, Claims, claim_order
 from django_intents.store.rows import hydrate, take
 from django_intents.store.table import Table
@@ -37,9 +62,27 @@ from django_intents.store.table import Table
 # limits turn away on the way: enough that a claim rarely comes back short.
 EXTRA = 4
 MAX_EXTRA_ROWS = 1000
+# Scans of one claim at most, each without the ordered targets the last found waiting.
+ROUNDS = 3
 
 Lock = Callable[[list[str]], contextlib.AbstractContextManager[bool]]
 Scan = Callable[[Any, datetime, int, ClaimFilters], list[Any]]
+
+
+class Ordered(Protocol):
+    """What the claim of ordered kinds asks a backend beyond its scan."""
+
+    def ordered_heads(
+        self, cursor: Any, pairs: list[tuple[str, str]]
+    ) -> dict[tuple[str, str], str]:
+        """The id of each (kind, target)'s head, where it has one."""
+        ...
+
+    def due_by_id(
+        self, cursor: Any, now: datetime, ids: list[str], filters: ClaimFilters
+    ) -> list[Any]:
+        """The rows of ``ids`` a claim may take now, locked where the database can."""
+        ...
 
 
 def scan_size(limit: int) -> int:
@@ -52,30 +95,63 @@ def claim(
     *,
     lock: Lock,
     scan: Scan,
+    ordered: Ordered,
     now: datetime,
     until: datetime,
     limit: int,
     filters: ClaimFilters,
 ) -> Claims[Claimed]:
-    """Claim up to ``limit`` due intents, none of them beyond a limit.
+    """Claim up to ``limit`` due intents, none of them beyond a limit or out of order.
 
     ``lock`` is the backend's ``limit_lock``; ``scan(cursor, now, limit,
     filters)`` returns the due rows of its claim statement, locked where the
-    database can.
+    database can; ``ordered`` finds the heads of ordered targets.
     """
-    kinds = sorted(filters.limits)
-    with lock(kinds) as held, table.cursor() as cursor:
+    counted = sorted({*filters.limits, *filters.ordered})
+    with lock(sorted({*counted, *filters.rates})) as held, table.cursor() as cursor:
         if not held:  # another claim of these kinds kept the lock too long; try next turn
             return Claims(held_back=True)
-        admission = Admission(filters.limits, live_leases(table, cursor, now, kinds))
+        admission = Admission(
+            filters.limits,
+            live_leases(table, cursor, now, counted) if counted else {},
+            filters.ordered,
+            rates=filters.rates,
+            started=recent_starts(table, cursor, now, filters.rates),
+            now=now,
+        )
         full_kinds, full_targets = admission.full()
         if filters.kinds is not None and set(filters.kinds) <= set(full_kinds):
-            return Claims(held_back=True)  # nothing of these kinds may start: skip the scan
-        room = replace(filters, full_kinds=tuple(full_kinds), full_targets=tuple(full_targets))
-        due = sorted(hydrate(table, scan(cursor, now, scan_size(limit), room)), key=claim_order)
-        taken = take(table, cursor, admission.admit(due, limit), now=now, until=until)
-        held_back = bool(full_kinds or full_targets or admission.refused)
-        return Claims(taken, held_back=held_back)
+            # nothing of these kinds may start: skip the scan
+            return Claims(held_back=True, next_start=admission.reopens())
+        taken: list[Claimed] = []
+        waiting: list[tuple[str, str]] = []  # ordered targets whose head is not due
+        held_back = bool(full_kinds or full_targets)
+        for _ in range(ROUNDS):
+            room = replace(
+                filters, full_kinds=tuple(full_kinds), full_targets=(*full_targets, *waiting)
+            )
+            size = scan_size(limit - len(taken))
+            rows = scan(cursor, now, size, room)
+            due = hydrate(table, rows)
+            pairs = sorted({(i.kind, i.target) for i in due if i.kind in filters.ordered})
+            head_of = ordered.ordered_heads(cursor, pairs) if pairs else {}
+            found = {i.id for i in due}
+            unseen = sorted(id for id in head_of.values() if id not in found)
+            if unseen:
+                due += hydrate(table, ordered.due_by_id(cursor, now, unseen, room))
+            free, behind = heads(due, filters.ordered, head_of)
+            free.sort(key=claim_order)
+            chosen = admission.admit(free, limit - len(taken))
+            taken += take(table, cursor, chosen, now=now, until=until)
+            held_back = held_back or bool(behind or admission.refused)
+            started = {(i.kind, i.target) for i in free}
+            late = sorted(set(pairs) - started - set(waiting))
+            if len(taken) >= limit or len(rows) < size or not late:
+                break
+            waiting += late
+            full_kinds, full_targets = admission.full()
+        record_starts(table, cursor, now, filters.rates, [intent for intent, _ in taken])
+        return Claims(taken, held_back=held_back, next_start=admission.reopens())
 
 
 def live_leases(
@@ -84,3 +160,31 @@ def live_leases(
     """How many intents of each limited kind run for each target, leases expired left out."""
     table.execute(cursor, "live_leases", now=table.dt(now), kinds=kinds)
     return {(kind, target): int(count) for kind, target, count in cursor.fetchall()}
+
+
+def recent_starts(
+    table: Table, cursor: Any, now: datetime, rates: Rates
+) -> dict[tuple[str, str], Started]:
+    """Per target of each rated kind, the starts inside its rate's window at ``now``."""
+    started = {}
+    for kind, rate in sorted(rates.items()):
+        table.execute(cursor, "rate_starts", kind=kind, since=table.dt(now - rate.window))
+        for target, count, oldest in cursor.fetchall():
+            started[kind, target] = Started(int(count), table.from_db(oldest))
+    return started
+
+
+def record_starts(table: Table, cursor: Any, now: datetime, rates: Rates, taken: list[Any]) -> None:
+    """Write a start at ``now`` for each intent taken of a rated kind, and prune
+    the starts of those kinds that no claim counts any more: older than twice
+    the longest window, so that a claim whose ``now`` was read a moment before
+    this one's still finds every start it must count (``Rate.room``)."""
+    rated = [intent for intent in taken if intent.kind in rates]
+    if not rated:
+        return
+    at = table.dt(now)
+    rows = [(target_key(i.kind, i.target), i.kind, i.target, at) for i in rated]
+    table.execute(cursor, "rate_record", rows=rows)
+    kinds = sorted({intent.kind for intent in rated})
+    longest = max(rates[kind].window for kind in kinds)
+    table.execute(cursor, "rate_prune", kinds=kinds, before=table.dt(now - 2 * longest))

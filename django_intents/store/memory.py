@@ -13,7 +13,11 @@ another's, nor a caller's claim.
 
 from __future__ import annotations
 
+import time
 from typing import Any
+
+# Seconds between a pool's looks at the targets of its breakers (``store/targets.watch``).
+WATCH_EVERY = 0.5
 
 
 class ClaimMemory:
@@ -31,6 +35,18 @@ class ClaimMemory:
         # Per claim: where an exact claim's walk starts, as the backend keeps it
         # (PostgreSQL: ``heldhead.Level`` stacks, keyed by ``heldhead.key_of``).
         self.held_heads: dict[tuple[Any, ...], list[Any]] = {}
+        # The half-open targets awaiting a probe, by key: (kind, target); and
+        # when (``time.monotonic()``) the claims look at the targets again.
+        self.probing: dict[str, tuple[str, str]] = {}
+        self.watch_at = 0.0
+
+    def watch_due(self) -> bool:
+        """Whether a claim looks at the targets of its breakers first (twice a second)."""
+        now = time.monotonic()
+        if now < self.watch_at:
+            return False
+        self.watch_at = now + WATCH_EVERY
+        return True
 
     def settle_others(self, key: tuple[str, ...] | None, heard: int, due: bool) -> None:
         """Record whether a claim saw intents of other priorities due, unless the

@@ -31,6 +31,11 @@ class MySQLBackend(Backend):
     vendor = "mysql"
     returning = False
 
+    def head_params(self, kind: str, target: str) -> tuple[str, ...]:
+        """A lookup per active state (the ordered index leads with it), each by the
+        target's MD5 and the target."""
+        return (kind, target, target) * 2
+
     @contextlib.contextmanager
     def limit_lock(self, kinds: list[str]) -> Iterator[bool]:
         """Named locks (``GET_LOCK``), one per kind, taken in one order by every claimer.

@@ -10,6 +10,7 @@ parameters.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -27,6 +28,15 @@ if TYPE_CHECKING:
 
 # What the floor of a claim without one is: earlier than any intent's next_at.
 EARLIEST = datetime(1, 1, 1, tzinfo=UTC)
+
+
+_PLAIN = re.compile(r"^[a-z_][a-z0-9_]*$")
+_RESERVED = frozenset({"order", "group", "user", "limit", "offset", "table", "select", "from"})
+
+
+def bare(column: str, quote: Callable[[str], str]) -> str:
+    """``column`` as SQL: bare when it is a plain lowercase word no database reserves."""
+    return column if _PLAIN.match(column) and column not in _RESERVED else quote(column)
 
 
 class Table:
@@ -56,6 +66,9 @@ class Table:
         self.name = q(meta.db_table)
         self.paused = q(meta.apps.get_model(meta.app_label, "PausedKind")._meta.db_table)
         rollup = q(meta.apps.get_model(meta.app_label, "Rollup")._meta.db_table)
+        starts = q(meta.apps.get_model(meta.app_label, "TargetStart")._meta.db_table)
+        self.target_model = meta.apps.get_model(meta.app_label, "TargetState")
+        self.targets = q(self.target_model._meta.db_table)
         self.fields = meta.concrete_fields
         self.columns = tuple(str(field.column) for field in self.fields)
         column_list = ", ".join(q(column) for column in self.columns)
@@ -65,8 +78,14 @@ class Table:
                 "table": self.name,
                 "paused": self.paused,
                 "rollup": rollup,
+                "starts": starts,
+                "targets": self.targets,
+                "key": q("key"),
                 "columns": column_list,
-                "t_columns": ", ".join("t." + q(column) for column in self.columns),
+                # Bare where quoting changes nothing (the model's columns are plain
+                # lowercase words, none reserved): PostgreSQL's limited claims
+                # return every column and must fit psycopg's 4,096-byte cache.
+                "t_columns": ", ".join("t." + bare(column, q) for column in self.columns),
                 "column_group": "(" + ", ".join(["%s"] * len(self.columns)) + ")",
                 "claim_order": order_by_sql(CLAIM_ORDER),
                 "order_within_priority": order_by_sql(
@@ -86,6 +105,25 @@ class Table:
     def dt(self, value: datetime) -> Any:
         """A time as this database's driver takes it."""
         return self.connection.ops.adapt_datetimefield_value(value)
+
+    def from_db(self, value: Any) -> datetime:
+        """A time a raw row gave back, aware in UTC: SQLite returns text where the
+        column's type is lost (an aggregate), MySQL naive UTC, PostgreSQL aware."""
+        moment: datetime = datetime.fromisoformat(value) if isinstance(value, str) else value
+        return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+    def converter(self, model: type[Model], name: str) -> Callable[[Any], Any]:
+        """What the ORM does to a raw value of ``model``'s field ``name`` (a time: aware)."""
+        conn, field = self.connection, model._meta.get_field(name)
+        col = field.get_col(model._meta.db_table)  # type: ignore[union-attr]
+        funcs = conn.ops.get_db_converters(col) + field.get_db_converters(conn)  # type: ignore[union-attr]
+
+        def convert(value: Any) -> Any:
+            for func in funcs:
+                value = func(value, col, conn)
+            return value
+
+        return convert
 
     def execute(self, cursor: Any, name: str, /, **params: Any) -> Any:
         """Run the statement ``name`` on ``cursor`` with ``params`` (lists expanded
@@ -120,6 +158,7 @@ def claim_params(
         "max_attempts": filters.max_attempts,
         "full_kinds": list(filters.full_kinds),
         "full_targets": list(filters.full_targets),
+        "exempt": list(filters.exempt),
         "floor": table.dt(filters.since or EARLIEST),
         "limit": limit,
         # What a claim that updates as it selects (PostgreSQL's) sets; the

@@ -64,10 +64,12 @@ class Demand:
         lease: float = 30.0,
         awaited: bool = False,
         ahead: bool = True,
+        rated: bool = False,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._workers = workers  # threads, or the event loop's slots (``awaited``)
         self._awaited = awaited
+        self._rated = rated  # a kind of the group has a rate: claim only what starts now
         self._ahead = ahead  # a full window ahead for the event loop (no LIMITS on its kinds)
         self._roomy = False  # the group's last claim vouched that no limit held an intent back
         # Queued claims a stall leaves: one per thread; the event loop's slots
@@ -136,7 +138,12 @@ class Demand:
         threads that is most of a turn, every time. Quick handlers get the
         local queue (at least one claim ahead per thread); others queue what
         their threads free within a turn, never more than a thread each.
+        A group with a rated kind claims only for its idle threads or slots:
+        a claim is the start the rate counts, so what it takes must start now,
+        not wait in a queue and start later, bunched with the next window's.
         """
+        if self._rated:
+            return self._workers
         handler = self._handler_time
         if handler is None:
             return self._workers
@@ -185,6 +192,9 @@ class ClaimGroup:
     demand: Demand
     floor: ClaimFloor = field(default_factory=ClaimFloor)
     limited: bool = False  # one of its kinds has LIMITS: its claims complete results first
+    # When a target of its rated kinds may start again (``Claims.next_start``),
+    # on the monotonic clock: the pool wakes then to claim it.
+    reopens: float = math.inf
 
 
 def claim_groups(
@@ -193,6 +203,7 @@ def claim_groups(
     concurrency: int,
     lease: float,
     limited: Collection[str],
+    rated: Collection[str] = (),
 ) -> list[ClaimGroup]:
     """The threads' group and the event loop's, in that order: indexed by ``Claim.awaited``.
 
@@ -210,6 +221,7 @@ def claim_groups(
         group = [kind for kind in sorted(handlers) if (kind in awaited) is a]
         bound = any(kind in limited for kind in group)
         size = concurrency if a else workers
-        demand = Demand(size, lease=lease, awaited=a, ahead=not a or not bound)
+        paced = any(kind in rated for kind in group)
+        demand = Demand(size, lease=lease, awaited=a, ahead=not a or not bound, rated=paced)
         groups.append(ClaimGroup(group, a, demand, limited=bound))
     return groups

@@ -23,6 +23,7 @@ from django.db import Error as DatabaseFailure
 from django_intents.conf import get_settings
 from django_intents.models import Intent
 from django_intents.observability.backlog import read_backlog
+from django_intents.rules.limits import limited_kinds, rates_of
 from django_intents.worker import log
 from django_intents.worker.outage import cause_text
 
@@ -53,8 +54,11 @@ class Drain:
         self._kinds = list(kinds)
         self._empty = empty
         self._timeout = timeout
-        # A claim that finds nothing proves nothing is due only where no limit holds intents back.
-        self._limited = bool(set(get_settings().limits) & set(kinds))
+        # A claim that finds nothing proves nothing is due only where no limit
+        # (a cap, a rate, an order) holds intents back.
+        settings = get_settings()
+        held = {*limited_kinds(settings.limits, settings.targets), *rates_of(settings.targets)}
+        self._limited = bool(held & set(kinds))
         self.enabled = due or empty
         # Only a drain ends on what a claim found; running empty asks the table.
         self.ends_on_claim = due and not empty

@@ -60,6 +60,7 @@ class Claim:
     cause: str | None = None  # the error text of a failure or a Stop
     duration: float = 0.0  # of the handler, for attempt_finished once the result is recorded
     due: datetime | None = None  # a snooze's due time, from when the handler ended
+    hold: bool = False  # the snooze holds the intent's target until ``due`` (hold_target)
     traceback: str | None = None  # of a failure, its tail: the intent's last_traceback
     timeout: float | None = None  # seconds the handler may run (LIMITS, --timeout-per-attempt)
     started: float | None = None  # when the handler was called; None while it waits
@@ -87,6 +88,7 @@ class Claim:
             # Measured here, not when the batch is recorded: "after 30 s" means
             # 30 s from the handler's raise, however long the result waits.
             self.due = cast(Retry, error).due(server_now(self.intent._state.db, read=False))
+            self.hold = cast(Retry, error).hold_target
         if self.outcome is Outcome.ERROR and error is not None:
             self.traceback = traceback_text(error)
 

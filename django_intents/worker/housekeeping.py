@@ -12,7 +12,9 @@ stops, from what its recorder counted (``tally.py``), applies
 ``INTENTS["RETENTION"]`` a little at a time (one small batch a minute, at a
 jittered offset so that pools started together do not prune together), and
 enqueues the due slots of the schedules whose kind the pool runs, once a
-second (``ScheduleTick``).
+second (``ScheduleTick``), and deletes the rows of holds that are over
+(``TargetState``, SPEC §14), so that the table keeps a row per target that
+is not plainly healthy and no more.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django_intents.conf import get_settings
 from django_intents.maintenance import retention
 from django_intents.maintenance.schedules import enqueue_due, schedules
+from django_intents.models import Intent
 from django_intents.observability import rollup
 from django_intents.worker import log
 from django_intents.worker.outage import cause_text
@@ -36,6 +39,7 @@ from django_intents.worker.tally import COLUMNS, Tally
 PRUNE_INTERVAL = 60.0
 PRUNE_BATCH_SIZE = 100
 SCHEDULE_INTERVAL = 1.0  # SPEC §11: a pool enqueues its due slots at least once a second
+SWEEP_INTERVAL = 10.0  # seconds between a pool's sweeps of the holds that are over
 
 
 class Liveness:
@@ -120,6 +124,7 @@ class Housekeeping:
         self._tally = tally
         self._reported: Counter[str] = Counter()  # the tally's totals at the last report
         self._since = self._next_report = self._next_prune = self._next_rollup = 0.0
+        self._next_sweep = 0.0
 
     def start(self) -> None:
         self._since = time.monotonic()
@@ -145,6 +150,12 @@ class Housekeeping:
             except Exception as exc:  # housekeeping must never stop the pool
                 log.warning("retention pruning failed: %s", cause_text(exc))
         self._schedules.run_due(now)
+        if now >= self._next_sweep:
+            self._next_sweep = now + SWEEP_INTERVAL
+            try:
+                Intent.objects.db_manager(self._using).end_holds()
+            except Exception as exc:  # housekeeping must never stop the pool
+                log.warning("sweeping the targets' ended holds failed: %s", cause_text(exc))
         if now >= self._next_rollup:  # the dashboard's counts (observability/rollup.py)
             self._next_rollup = now + rollup.FLUSH_INTERVAL
             rollup.flush(using=self._using)

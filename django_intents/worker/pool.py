@@ -24,6 +24,7 @@ the ``finished`` queue, the listener and the threads ring the alarm, and
 
 from __future__ import annotations
 
+import math
 import queue
 import random
 import time
@@ -37,6 +38,7 @@ from django_intents.attempt import Attempt
 from django_intents.conf import get_settings
 from django_intents.handlers import Handler
 from django_intents.models import Intent
+from django_intents.rules.limits import limited_kinds, rates_of
 from django_intents.rules.validation import check_pool
 from django_intents.signals import Outcome
 from django_intents.store import backend_for
@@ -109,8 +111,14 @@ class WorkerPool:
         default = None if timeout_per_attempt is None else float(timeout_per_attempt)
         self._timeouts = {kind: settings.timeouts.get(kind, default) for kind in self._handlers}
         self._poll = settings.poll_interval if poll_interval is None else poll_interval
+        limited = limited_kinds(settings.limits, settings.targets)
         self._groups = claim_groups(
-            self._handlers, self._workers, self._concurrency, self._lease, settings.limits
+            self._handlers,
+            self._workers,
+            self._concurrency,
+            self._lease,
+            limited,
+            rated=rates_of(settings.targets),
         )
         if db_error_timeout is None:
             db_error_timeout = settings.db_error_timeout
@@ -295,6 +303,8 @@ class WorkerPool:
         return None if None in counts else 0
 
     def _claim_group(self, group: ClaimGroup) -> int | None:
+        if group.reopens <= time.monotonic():
+            group.reopens = math.inf  # this turn is the wake it asked for
         free = self._room(group)
         if free <= 0:
             return None
@@ -309,7 +319,9 @@ class WorkerPool:
         if self._probe_first:
             # SQLite claims under its one write lock; an idle pool polling ten
             # times a second would take it from the application every time.
-            due = self._manager.has_due(now=now, kinds=group.kinds, since=since)
+            due = self._manager.has_due(
+                now=now, kinds=group.kinds, since=since, memory=self._memory
+            )
             self._liveness.reached()
             if not due:
                 floor.seen(since, now, None)
@@ -330,6 +342,7 @@ class WorkerPool:
         self._liveness.reached()
         floor.claimed(since, now, intents, free)
         group.demand.claimed(intents.bound)
+        group.reopens = reopening(intents.next_start, now)
         if not intents:
             return self._drained_below(since)
         claims = [
@@ -346,7 +359,8 @@ class WorkerPool:
             # A stop arrived while the claim was in flight: hand them back unstarted.
             self._shutdown.release(claims, started=False)
             return 0
-        awaited, queued = [], []
+        awaited: list[Claim] = []
+        queued: list[Claim] = []
         for claim in claims:
             self._leases.add(claim, sent=sent)
             loop = self._eventloop is not None and is_async(claim.handler)
@@ -393,6 +407,29 @@ class WorkerPool:
         recorder = self._recorder
         self._settle(recorder.record() if wait is None else recorder.finish(wait))
         self._liveness.reached()
+        blocked = recorder.newly_blocked()
+        if blocked and self._shutdown.deadline() is None:
+            self._give_back_blocked(blocked)
+
+    def _give_back_blocked(self, blocked: set[tuple[str, str]]) -> None:
+        """Give back unstarted the queued claims of targets a result just held or opened
+        (SPEC §14): a partner that said 429 is not sent the requests queued behind it.
+        Attempts already running finish normally."""
+        for group, jobs in self._queued():
+            waiting = jobs.take(jobs.qsize())
+            if group.awaited:  # the event loop hands back the last queued first
+                waiting.reverse()
+            back = [c for c in waiting if (c.intent.kind, c.intent.target) in blocked]
+            self._requeue(group, [c for c in waiting if c not in back])
+            for claim in back:
+                self._leases.drop(claim)
+            self._shutdown.release(back, started=False)
+
+    def _requeue(self, group: ClaimGroup, claims: list[Claim]) -> None:
+        if group.awaited and self._eventloop is not None:
+            self._eventloop.submit(claims)
+        else:
+            self._jobs.put_claims(claims)
 
     def _settle(self, outcomes: list[tuple[Claim, Outcome]]) -> None:
         """Let go of the claims whose results are recorded."""
@@ -410,6 +447,7 @@ class WorkerPool:
             self._leases.next_timeout(),
             self._drain.wake_at(),
             *(group.demand.wake_at(jobs.qsize()) for group, jobs in self._queued()),
+            *(group.reopens for group in self._groups),
         ]
         deadline = self._shutdown.deadline()
         if deadline is not None:
@@ -437,3 +475,16 @@ class WorkerPool:
                     cause_text(exc),
                 )
                 self._drain.unrecorded(len(self._recorder))
+
+
+# After the time a rate's window reopens, so that the claim finds it open
+# though the database's clock and this host's disagree by a little.
+REOPEN_MARGIN = 0.002  # seconds
+
+
+def reopening(next_start: datetime | None, now: datetime) -> float:
+    """``next_start`` (a claim's ``Claims.next_start``, on the database's clock
+    like ``now``) on the monotonic clock; never, when there is none."""
+    if next_start is None:
+        return math.inf
+    return time.monotonic() + max((next_start - now).total_seconds(), 0.0) + REOPEN_MARGIN

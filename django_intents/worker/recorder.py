@@ -42,12 +42,15 @@ from django.db import connections, transaction
 from django_intents.conf import get_settings
 from django_intents.managers import IntentManager
 from django_intents.rules.batches import INSERT_BATCH
+from django_intents.rules.limits import limited_kinds
 from django_intents.rules.retries import counted, retry_at
 from django_intents.rules.states import State
+from django_intents.rules.targets import BLOCKING, Event
 from django_intents.signals import Outcome
 from django_intents.store.base import Ending
 from django_intents.store.claims import Claims
 from django_intents.store.clock import server_now
+from django_intents.store.targets import TargetEvent
 from django_intents.worker import log
 from django_intents.worker.execution import Claim, send_finished
 from django_intents.worker.outage import one_line
@@ -81,16 +84,22 @@ class Recorder:
         self.threaded = threaded  # the pool decides once it knows its database
         self._wake = wake
         self._waiting: list[Claim] = []
-        # Successes of kinds with LIMITS, for the claim of this turn to complete
+        # Successes of kinds with LIMITS or ordered, for the claim of this turn to complete
         # (``claiming``): handed back since the last ``record``, and before it;
         # only while the last such claim found a limit near (``Claims.bound``).
-        self._limited = frozenset(get_settings().limits)
+        settings = get_settings()
+        self._limited = limited_kinds(settings.limits, settings.targets)
+        self._breakers = frozenset(
+            kind for kind, policy in settings.targets.items() if policy.breaker is not None
+        )
         self._riding = True
         self._fresh: list[Claim] = []
         self._riders: list[Claim] = []
         self._in_flight: list[Claim] | None = None  # the batch the writer thread has
         self._inbox: queue.SimpleQueue[list[Claim] | None] = queue.SimpleQueue()
         self._outbox: queue.SimpleQueue[Written] = queue.SimpleQueue()
+        # The (kind, target) pairs a written batch held or opened, for the loop.
+        self._blocked: queue.SimpleQueue[set[tuple[str, str]]] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self.tally = Tally()
         # (kind, exception type) whose traceback the log has shown, to show each once;
@@ -118,6 +127,8 @@ class Recorder:
                     claim.name,
                     one_line(claim.cause),
                 )
+            if claim.intent.kind in self._breakers:
+                self._completed_in_handler(claim)
             return Outcome.SUCCESS
         if attempt.lost:
             if claim.outcome is not Outcome.FENCED or claim.cause:
@@ -127,6 +138,18 @@ class Recorder:
         rides = limited and self._riding and self.threaded and claim.outcome is Outcome.SUCCESS
         (self._fresh if rides else self._waiting).append(claim)
         return None
+
+    def _completed_in_handler(self, claim: Claim) -> None:
+        """A success the handler's ``attempt.atomic()`` wrote: it resets its target's count
+        of failures (SPEC §14) like any other. Written here, on the loop's connection, as
+        it is rare (a kind with a breaker whose handler completes its own intent); a
+        failure to write it leaves the count as it was and is logged."""
+        intent = claim.intent
+        event = TargetEvent(intent.kind, intent.target, Event.SUCCESS, intent.id)
+        try:
+            self._manager.record_target_events([event])
+        except DatabaseFailure as exc:
+            log.warning("%s: its target's health not written: %s", claim.name, one_line(str(exc)))
 
     def record(self, *, wait: float = 0.0) -> list[tuple[Claim, Outcome]]:
         """Return the results recorded since the last call; hand over the next batch.
@@ -210,6 +233,16 @@ class Recorder:
         self._riders = []
         return riders
 
+    def newly_blocked(self) -> set[tuple[str, str]]:
+        """The (kind, target) pairs the batches written since the last call held or opened:
+        the loop gives back the claims of them still waiting for a thread."""
+        blocked: set[tuple[str, str]] = set()
+        while True:
+            try:
+                blocked |= self._blocked.get_nowait()
+            except queue.Empty:
+                return blocked
+
     def finish(self, timeout: float) -> list[tuple[Claim, Outcome]]:
         """Record everything handed back so far, waiting for it up to ``timeout`` seconds."""
         until = time.monotonic() + timeout
@@ -268,13 +301,23 @@ class Recorder:
         now = server_now(self._manager.db, read=False)
         endings = [self._ending(claim, now) for claim in others]
         done: set[str] = set()
-        both = successes and endings
+        events: list[TargetEvent] = []
+        changes: list[tuple[str, str, str, str]] = []
+        health = [c for c in batch if self._tells_health(c)]
+        both = (successes and endings) or health
         with transaction.atomic(using=self._manager.db) if both else contextlib.nullcontext():
             if successes:
                 pairs = [(c.intent.id, c.intent.claim_token) for c in successes]
                 done.update(self._manager.complete_many(pairs, now=now))
             if endings:
                 done.update(self._manager.finish_many(endings, now=now))
+            # With the results they come from: a breaker's count never runs ahead of them.
+            events = [_target_event(c) for c in health if c.intent.id in done]
+            changes = self._manager.record_target_events(events, now=now)
+        blocked = {(e.kind, e.target) for e in events if e.event == Event.HOLD}
+        blocked |= {(kind, target) for kind, target, state, _ in changes if state in BLOCKING}
+        if blocked:
+            self._blocked.put(blocked)
         results: list[Result] = []
         failed: list[tuple[Claim, Ending]] = []
         for claim, ending in [*((c, None) for c in successes), *zip(others, endings, strict=True)]:
@@ -289,6 +332,13 @@ class Recorder:
             send_finished(claim, outcome)
         self._log_failures(failed, now)
         return results
+
+    def _tells_health(self, claim: Claim) -> bool:
+        """Whether the claim's result says something of its target (SPEC §14): any
+        result of a kind with a breaker, a hold of any kind."""
+        return claim.intent.kind in self._breakers or (
+            claim.outcome is Outcome.SNOOZED and claim.hold
+        )
 
     def _ending(self, claim: Claim, now: datetime) -> Ending:
         """The transition a failure, a ``Stop`` or a handler given up at shutdown ends with."""
@@ -344,7 +394,8 @@ class Recorder:
                     after, trace = self._then(ending, now), self._traceback(claim)
                     log.warning("%s: failed: %s; %s%s", claim.name, cause, after, trace)
                 continue
-            waits = [(e.next_at - now).total_seconds() for _, e in group if _retried(e)]
+            retries = [at for _, ending in group if (at := _retry_at(ending)) is not None]
+            waits = [(at - now).total_seconds() for at in retries]
             cancelled = len(group) - len(waits)
             then = [f"{len(waits)} retry in {min(waits):.0f}-{max(waits):.0f} s"] if waits else []
             if cancelled:
@@ -378,9 +429,36 @@ class Recorder:
         return "\n" + claim.traceback.rstrip("\n")
 
     def _then(self, ending: Ending, now: datetime) -> str:
-        if not _retried(ending):
+        at = _retry_at(ending)
+        if at is None:
             return f"cancelled, MAX_ATTEMPTS ({self._max_attempts}) reached"
-        return f"retry in {(ending.next_at - now).total_seconds():.0f} s"  # type: ignore[operator]
+        return f"retry in {(at - now).total_seconds():.0f} s"
+
+
+def _retry_at(ending: Ending) -> datetime | None:
+    """When a failed attempt's intent runs again; ``None``: it was cancelled."""
+    return None if ending.state == State.CANCELLED else ending.next_at
+
+
+def _target_event(claim: Claim) -> TargetEvent:
+    """What a recorded result says of its target: what counts as a breaker's failure.
+
+    A handler error and a timeout are failures; a success closes; a hold
+    holds; a snooze, a ``Stop`` and a release at shutdown say nothing of the
+    partner (they matter only to a half-open probe, which another intent
+    then makes).
+    """
+    intent, outcome = claim.intent, claim.outcome
+    if outcome is Outcome.SUCCESS:
+        event = Event.SUCCESS
+    elif outcome in (Outcome.ERROR, Outcome.TIMEOUT):
+        event = Event.FAILURE
+    elif outcome is Outcome.SNOOZED and claim.hold:
+        event = Event.HOLD
+    else:
+        event = Event.NEUTRAL
+    error = (claim.cause or "") if event == Event.FAILURE else ""
+    return TargetEvent(intent.kind, intent.target, event, intent.id, claim.due, error)
 
 
 def _retried(ending: Ending) -> bool:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from django_intents import Attempt, Stop, handler
+from django_intents import Attempt, Retry, Stop, handler
 from django_intents.models import Intent
 
 from .models import Effect
@@ -74,6 +74,23 @@ def atomic(intent: Intent, attempt: Attempt) -> None:
         attempt.cancelled.wait(PATIENCE)
     with attempt.atomic():
         note(intent, f"atomic {intent.attempts}")
+
+
+@handler("test.partner")
+def partner(intent: Intent, attempt: Attempt) -> None:
+    """A partner per target: notes ``<target> <attempt> <unix time>`` at each start, then
+    answers as the target is switched (an ``Effect`` with ``intent_id="switch"`` and
+    ``note="<target> <mode>"``, the last one wins): ``up`` (the default) succeeds,
+    ``down`` fails, ``429:<seconds>`` snoozes holding the target."""
+    note(intent, f"{intent.target} {intent.attempts} {time.time():.3f}")
+    time.sleep(options(intent).get("seconds", 0.0))
+    switches = Effect.objects.filter(intent_id="switch", note__startswith=f"{intent.target} ")
+    last = switches.order_by("-id").first()
+    mode = last.note.split(" ", 1)[1] if last else "up"
+    if mode == "down":
+        raise ConnectionError(f"{intent.target} refused the connection")
+    if mode.startswith("429:"):
+        raise Retry(after=float(mode[4:]), reason="429 Too Many Requests", hold_target=True)
 
 
 @handler("test.stamp")

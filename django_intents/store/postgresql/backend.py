@@ -6,9 +6,10 @@ the server parses each text once per connection however the values change.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -21,7 +22,7 @@ from django_intents.store.claims import Ask, Claimed, ClaimFilters, Claims, Ride
 from django_intents.store.memory import ClaimMemory
 from django_intents.store.postgresql import listen
 from django_intents.store.postgresql.cursors import server_cursor
-from django_intents.store.postgresql.limited import LimitedClaims
+from django_intents.store.postgresql.limited import LimitedClaims, lock_key
 from django_intents.store.rows import hydrate, to_values
 from django_intents.store.statements import bind, spread
 from django_intents.store.wakeups import LISTEN, POLL, Listening, Wakeup
@@ -98,7 +99,13 @@ class PostgreSQLBackend(Backend):
 
     def claim_asked(self, ask: Ask) -> Claims[Claimed]:
         """A limited claim completes ``ask.complete`` in its own round trip (``locked``).
-        A claim without a memory learns into one of its own, which it forgets."""
+        A claim without a memory learns into one of its own, which it forgets.
+        A claim of kinds with a ``rate`` or ``"ordered": True`` takes the portable
+        limited claim (``limited.py``, with ``scan`` and ``limit_lock``): the starts
+        it counts and writes, and the heads it looks up, leave the exact statements
+        of ``LIMITS`` as they are."""
+        if ask.filters.rates or ask.filters.ordered:
+            return super().claim_asked(ask)
         tail = {"salt": _salt(), "until": self.dt(ask.until)}
         riders = Riders(ask.complete, at=self.dt(ask.now))
         memory = ClaimMemory() if ask.memory is None else ask.memory
@@ -157,6 +164,38 @@ class PostgreSQLBackend(Backend):
         priority = self.table.columns.index("priority")
         memory.settle_others(key, heard, any(row[priority] != 0 for row in branched))
         return branched
+
+    @contextlib.contextmanager
+    def limit_lock(self, kinds: list[str]) -> Iterator[bool]:
+        """The kinds' advisory locks for the transaction, those of the exact limited
+        claim (``limited.lock_key``, in the same order): both kinds of claim
+        of a kind wait for each other."""
+        keys = sorted(lock_key(kind) for kind in kinds)
+        with self.write_transaction(), self.cursor() as cursor:
+            self.table.execute(cursor, "limit_lock_only", keys=keys).fetchall()
+            yield True
+
+    def scan_queries(
+        self, *, now: datetime, limit: int, filters: ClaimFilters
+    ) -> list[tuple[str, Any]]:
+        """The portable limited claim's scan: the claim statement here updates as it selects."""
+        return [self.scan_query(now=now, limit=limit, filters=filters)]
+
+    def scan_query(self, *, now: datetime, limit: int, filters: ClaimFilters) -> tuple[str, Any]:
+        """``scan`` bound: the full targets go as two arrays, their kinds and their
+        targets, so that the text never changes."""
+        params = self.claim_params(now=now, limit=limit, filters=filters)
+        params["ft_kinds"] = [kind for kind, _ in filters.full_targets]
+        params["ft_targets"] = [target for _, target in filters.full_targets]
+        return bind(self.sql.scan, params)
+
+    def ordered_heads(
+        self, cursor: Any, pairs: list[tuple[str, str]]
+    ) -> dict[tuple[str, str], str]:
+        """One statement over arrays, whatever the number of targets."""
+        kinds, targets = [kind for kind, _ in pairs], [target for _, target in pairs]
+        self.table.execute(cursor, "ordered_heads", kinds=kinds, targets=targets)
+        return {(kind, target): id for kind, target, id in cursor.fetchall()}
 
     def candidate_queries(self, **query: Any) -> list[tuple[str, Any]]:
         """The exact limited claim (``LimitedClaims.candidate_queries``)."""

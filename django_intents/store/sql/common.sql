@@ -71,11 +71,16 @@ RETURNING kind
 -- The optional kinds of a claim: %(every_kind)s true, or kind among [kinds].
 (%(every_kind)s OR kind IN ([kinds]))
 
+-- fragment: uncounted
+-- rules.retries.counted: the attempts that do not count toward MAX_ATTEMPTS,
+-- snoozes and those a redrive wrote off. Compared as a sum (attempts <
+-- {uncounted} + cap): the columns are unsigned on MySQL, where a subtraction
+-- may not go below 0.
+snoozes + written_off
+
 -- fragment: within_attempts
--- Leaves out expired leases that used the last attempt, when a cap is given;
--- snoozes do not count (attempts - snoozes, written as a sum: the columns are
--- unsigned on MySQL, where a subtraction may not go below 0).
-(%(max_attempts)s IS NULL OR state = 'pending' OR attempts < snoozes + %(max_attempts)s)
+-- Leaves out expired leases that used the last attempt, when a cap is given.
+(%(max_attempts)s IS NULL OR state = 'pending' OR attempts < {uncounted} + %(max_attempts)s)
 
 -- fragment: not_paused
 kind NOT IN (SELECT kind FROM {paused})
@@ -86,9 +91,25 @@ kind NOT IN (SELECT kind FROM {paused})
 (kind IN ([full_kinds])) IS NOT TRUE
 AND ((kind, target) IN ([full_targets:(%s, %s)])) IS NOT TRUE
 
+-- fragment: blocks
+-- A TargetState row whose target no claim takes intents of (SPEC §14,
+-- rules/targets.Health.blocks): held until a time to come, open, or half-open
+-- with its probe out or probed by another claimer; %(exempt)s lists the keys
+-- of the half-open targets this claimer read, of which it may take one intent
+-- each as the probe.
+state = 'open' OR state = 'held' AND until > %(now)s
+OR state = 'half_open' AND (probe <> '' OR ({key} IN ([exempt])) IS NOT TRUE)
+
+-- fragment: target_open
+-- One lookup per row walked on the (kind, target) index of migration 0016,
+-- which finds nothing in an empty table; a set built per statement cost
+-- SQLite more than the claim itself with a few hundred rows.
+NOT EXISTS (SELECT 1 FROM {targets} AS s WHERE s.kind = {table}.kind
+  AND s.target = {table}.target AND ({blocks}))
+
 -- fragment: claim_filters
 -- The conditions of a claim and a due probe besides "due" and the branch.
-{not_paused} AND {of_kinds} AND {within_attempts} AND {has_room}
+{not_paused} AND {target_open} AND {of_kinds} AND {within_attempts} AND {has_room}
 
 -- fragment: floor
 -- The claim floor (floor.py), on the branch of priority 0; %(floor)s is the
@@ -104,7 +125,7 @@ UPDATE {table} SET claim_until = %(until)s, updated_at = %(now)s WHERE {fence}
 UPDATE {table} SET state = 'completed', {done} WHERE {fence} {returning_kind}
 
 -- name: attempts
-SELECT attempts, snoozes FROM {table} WHERE {fence}
+SELECT attempts, {uncounted} FROM {table} WHERE {fence}
 
 -- name: retry
 UPDATE {table} SET state = 'pending', next_at = %(next_at)s, last_error = %(error)s, {done}
@@ -138,7 +159,7 @@ UPDATE {table} SET {cancel_set} WHERE id = %(id)s AND {active} {returning_kind}
 -- name: exhausted
 -- Cancels the expired leases that used the last attempt, of the kinds asked.
 UPDATE {table} SET state = 'cancelled', last_error = %(error)s, {done}
-WHERE {expired_lease} AND attempts >= snoozes + %(max_attempts)s AND {of_kinds}
+WHERE {expired_lease} AND attempts >= {uncounted} + %(max_attempts)s AND {of_kinds}
 {returning_kind}
 
 -- The portable limited claim (limited.py) ------------------------------
@@ -146,6 +167,83 @@ WHERE {expired_lease} AND attempts >= snoozes + %(max_attempts)s AND {of_kinds}
 -- name: live_leases
 SELECT kind, target, COUNT(*) FROM {table}
 WHERE {live_lease} AND kind IN ([kinds]) GROUP BY kind, target
+
+-- Rates (limited.py) --------------------------------------------------------
+
+-- name: rate_starts
+-- Per target of one rated kind, the starts a start now must count, those after
+-- %(since)s (rules.targets.Rate.recent): how many, and the oldest. Grouped by
+-- the exact key: MySQL's target column folds case; a key's rows hold one target.
+SELECT MIN(target), COUNT(*), MIN(started_at) FROM {starts}
+WHERE kind = %(kind)s AND started_at > %(since)s GROUP BY target_key
+
+-- name: rate_record
+-- One start per intent a claim took of a rated kind.
+INSERT INTO {starts} (target_key, kind, target, started_at) VALUES [rows:(%s, %s, %s, %s)]
+
+-- name: rate_prune
+-- The starts no claim of these kinds counts any more (limited.record_starts).
+DELETE FROM {starts} WHERE kind IN ([kinds]) AND started_at <= %(before)s
+
+-- name: ordered_heads
+-- The head of each ordered target a claim found (limited.py): the oldest
+-- intent of its kind and target that is pending or running, NULL for none;
+-- one row, a column each, each the first entry of the target in the ordered
+-- index of migration 0015.
+SELECT [pairs:(SELECT id FROM {table} {ordered_index} WHERE kind = %s AND target = %s
+  AND {active} ORDER BY created_at, id LIMIT 1)]
+
+-- name: due_by_id
+-- Of the heads found, those a claim may take now (limited.py), locked where
+-- the database can.
+SELECT {columns} FROM {table} {by_id} WHERE id IN ([ids]) AND {due} AND {within_attempts}
+{lock_rows}
+
+-- fragment: lock_rows
+-- SQLite has no row locks: the claim holds the write lock.
+
+-- fragment: ordered_index
+-- The index after the table's name (SQLite's INDEXED BY, MySQL's FORCE INDEX).
+
+-- Target health (store/targets.py) -----------------------------------------
+
+-- fragment: target_columns
+{key}, kind, target, state, failures, openings, until, last_error, probe
+
+-- name: target_rows
+-- The rows of the targets an event concerns, locked while their change is decided.
+SELECT {target_columns} FROM {targets} WHERE {key} IN ([keys]) FOR UPDATE
+
+-- name: target_insert
+-- A row for each target that needs one, before it is locked: first failures, holds.
+INSERT INTO {targets} ({target_columns}, updated_at) VALUES [rows:(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)]
+ON CONFLICT DO NOTHING
+
+-- name: target_save
+UPDATE {targets} SET state = %s, failures = %s, openings = %s, until = %s, last_error = %s,
+  probe = %s, updated_at = %s WHERE {key} = %s
+
+-- name: target_delete
+DELETE FROM {targets} WHERE {key} IN ([keys])
+
+-- name: target_watch
+-- The targets of a pool's breakers that await a probe or have one out, and those
+-- whose cooldown is over: a look on the state index, without a lock.
+SELECT {target_columns} FROM {targets} WHERE kind IN ([kinds])
+AND (state = 'half_open' OR state = 'open' AND until <= %(now)s)
+
+-- name: target_probe
+-- The one claim that takes a half-open target's probe; the others give theirs back.
+UPDATE {targets} SET probe = %(id)s, updated_at = %(now)s
+WHERE {key} = %(key)s AND state = 'half_open' AND probe = ''
+
+-- name: probe_states
+SELECT id, state, claim_until FROM {table} WHERE id IN ([ids])
+
+-- name: target_ended
+-- Holds that are over: their rows go, or keep only the failures they count.
+SELECT {target_columns} FROM {targets} WHERE state = 'held' AND until <= %(now)s
+OR state = 'closed' AND failures = 0
 
 -- Pauses ------------------------------------------------------------------
 
@@ -184,6 +282,19 @@ UPDATE {table} {by_id} SET {cancel_set} WHERE id IN ([ids]) AND {active} {return
 
 -- fragment: returning_moved
 RETURNING id, kind, priority
+
+-- name: administer_select_cancelled
+SELECT id, kind, priority FROM {table} {by_id} WHERE id IN ([ids]) AND state = 'cancelled'
+FOR UPDATE
+
+-- name: administer_redrive
+-- IntentManager.redrive: a cancelled intent due now with a fresh MAX_ATTEMPTS, the
+-- attempts that counted so far written off (a CASE: MySQL's unsigned columns
+-- may not be subtracted below 0). Fenced on the state, so an intent another
+-- redrive moved meanwhile, even if a worker already holds it, is left alone.
+UPDATE {table} {by_id} SET state = 'pending', next_at = %(now)s, updated_at = %(now)s,
+  written_off = CASE WHEN attempts > snoozes THEN attempts - snoozes ELSE 0 END
+WHERE id IN ([ids]) AND state = 'cancelled' {returning_moved}
 
 -- name: rollup_add
 -- A flush of the dashboard's per-minute tallies (observability/rollup.py):

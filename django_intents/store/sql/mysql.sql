@@ -71,12 +71,29 @@ UPDATE {table} {by_id} SET state = 'running', attempts = attempts + 1,
   updated_at = %(now)s
 WHERE id IN ([ids]) AND {active}
 
+-- fragment: ordered_index
+FORCE INDEX (intents_ordered_mysql_idx)
+
+-- fragment: lock_rows
+FOR UPDATE SKIP LOCKED
+
+-- name: ordered_heads
+-- As common.sql's, each a lookup per state (the index leads with it), the
+-- earlier kept; the index holds the target's MD5 (migration 0015), and the
+-- target is compared whole.
+SELECT [pairs:(SELECT id FROM ((SELECT id, created_at FROM {table} {ordered_index}
+  WHERE kind = %s AND state = 'pending' AND target_md5 = UNHEX(MD5(%s)) AND target = %s
+  ORDER BY created_at, id LIMIT 1)
+  UNION ALL (SELECT id, created_at FROM {table} {ordered_index}
+  WHERE kind = %s AND state = 'running' AND target_md5 = UNHEX(MD5(%s)) AND target = %s
+  ORDER BY created_at, id LIMIT 1)) AS h ORDER BY created_at, id LIMIT 1)]
+
 -- name: kind_of
 SELECT kind FROM {table} WHERE id = %(id)s
 
 -- name: exhausted
 -- The expired leases that used the last attempt, locked; exhausted_cancel cancels them.
-SELECT id, kind FROM {table} WHERE {expired_lease} AND attempts >= snoozes + %(max_attempts)s
+SELECT id, kind FROM {table} WHERE {expired_lease} AND attempts >= {uncounted} + %(max_attempts)s
 AND {of_kinds} FOR UPDATE SKIP LOCKED
 
 -- name: exhausted_cancel
@@ -132,3 +149,7 @@ ON DUPLICATE KEY UPDATE
   duration_max = GREATEST(duration_max, VALUES(duration_max)),
   due = COALESCE(VALUES(due), due),
   running = COALESCE(VALUES(running), running)
+
+-- name: target_insert
+-- As for insert: IGNORE only skips the known key.
+INSERT IGNORE INTO {targets} ({target_columns}, updated_at) VALUES [rows:(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)]

@@ -15,6 +15,24 @@
 -- the planner sorted every due row (the plan is checked by tests/test_pause.py).
 (CASE WHEN kind = ANY (ARRAY(SELECT kind FROM {paused})) THEN NULL ELSE 1 END) IS NOT NULL
 
+-- fragment: not_held
+-- The same CASE leaves out the paused kinds and the targets held or open
+-- (held_targets): a set read once, probed as a hash per row.
+(CASE WHEN kind = ANY (ARRAY(SELECT kind FROM {paused})) OR (kind, target) IN ({held_targets})
+  THEN NULL ELSE 1 END) IS NOT NULL
+
+-- fragment: blocks
+-- common.sql's, with the keys as an array.
+state = 'open' OR state = 'held' AND until > %(now)s
+OR state = 'half_open' AND (probe <> '' OR {key} <> ALL (%(exempt)s::text[]))
+
+-- fragment: held_targets
+-- The targets that block, as a set the claims read once per statement and
+-- probe as a hash per row: a few rows on the state index. (A lookup per row
+-- would need an index on (kind, target), whose entries PostgreSQL caps at a
+-- third of a page, shorter than the longest target.)
+SELECT kind, target FROM {targets} WHERE {blocks}
+
 -- fragment: of_kinds
 -- array_position, which no index can answer: the planner, knowing nothing of
 -- what it returns, takes it to keep almost every row, and so walks the claim
@@ -26,10 +44,12 @@
 (%(every_kind)s OR array_position(%(kinds)s::text[], kind::text) IS NOT NULL)
 
 -- fragment: within_attempts
-(%(max_attempts)s::int IS NULL OR state = 'pending' OR attempts < snoozes + %(max_attempts)s)
+-- common.sql's test in fewer bytes, for the claims' 4,096: without a cap the
+-- comparison is NULL, and the test, NOT FALSE, keeps the row.
+(state = 'pending' OR attempts < {uncounted} + %(max_attempts)s) IS NOT FALSE
 
 -- fragment: claim_filters
-{not_paused} AND {of_kinds} AND {within_attempts}
+{not_held} AND {of_kinds} AND {within_attempts}
 
 -- fragment: claim_high
 -- The three priority branches of a claim (see common.sql), each a walk of its
@@ -43,13 +63,13 @@
 {due} AND priority < 0 AND {claim_filters}
 
 -- fragment: picked
-id, state AS was, claim_until AS lease_end
+id, state AS was, claim_until AS le
 
 -- fragment: claim_due
 -- The rows of "due", claimed: each token md5(salt || id), one salt per claim.
 UPDATE {table} AS t SET state = 'running', attempts = t.attempts + 1,
   claim_token = md5(%(salt)s || t.id), claim_until = %(until)s, updated_at = %(now)s
-FROM due WHERE t.id = due.id RETURNING {t_columns}, due.was, due.lease_end
+FROM due WHERE t.id = due.id RETURNING {t_columns}, due.was, due.le
 
 -- fragment: branch_union
 SELECT * FROM branch_high UNION ALL SELECT * FROM branch_zero UNION ALL SELECT * FROM branch_low
@@ -199,21 +219,22 @@ UNION ALL SELECT pg_notify('{priority_channel}', kind) FROM unnest(%(prioritized
   OR kind IN (SELECT kind FROM fkd) THEN NULL ELSE 1 END) IS NOT NULL
 
 -- fragment: limited_picked
-id, kind, target, priority, next_at, created_at, state AS was, claim_until AS lease_end
+id, kind, target, priority, next_at, created_at, state AS was, claim_until AS le
 
 -- fragment: limited_start
 -- The live leases of the limited kinds per target (%(limited)s, their caps in
 -- the same order), and from them the targets and kinds with no room; a paused
 -- kind has none (ftg, fkd: short names, for the claims that carry them must
--- stay under 4,096 bytes). Set for the rest of the transaction by the lock statement,
+-- stay under 4,096 bytes); a held or open target (held_targets) has
+-- none either. Set for the rest of the transaction by the lock statement,
 -- the live leases are read by a plain index scan, which marks the dead
 -- entries of the lease index as it passes (lock_settings).
-live AS MATERIALIZED (SELECT kind, target, count(*) AS n, min(next_at) AS since FROM {table}
+live AS MATERIALIZED (SELECT kind, target, count(*) AS n, min(next_at) AS sn FROM {table}
   WHERE {live_lease} AND kind = ANY (%(limited)s::text[]) GROUP BY kind, target),
 caps AS MATERIALIZED (SELECT * FROM unnest(%(limited)s::text[], %(per_target)s::bigint[],
   %(running)s::bigint[]) AS c(kind, per_target, running)),
 ftg AS MATERIALIZED (SELECT kind, target FROM live JOIN caps USING (kind)
-  WHERE n >= per_target),
+  WHERE n >= per_target UNION ALL {held_targets}),
 fkd AS MATERIALIZED (SELECT kind FROM live JOIN caps USING (kind)
   GROUP BY kind, running HAVING sum(n) >= running UNION ALL SELECT kind FROM {paused})
 
@@ -240,29 +261,29 @@ SELECT u.*, caps.per_target, caps.running
 -- Each row's place at its target: its rank among the due rows plus the live
 -- leases, joined, not looked up per row. Window functions cannot sit beside
 -- FOR UPDATE, so they rank the union of the branches.
-ranked AS (SELECT due.*, row_number() OVER (PARTITION BY kind, target ORDER BY {claim_order})
-  + COALESCE(live.n, 0) AS at_target FROM due LEFT JOIN live USING (kind, target))
+rk AS (SELECT due.*, row_number() OVER (PARTITION BY kind, target ORDER BY {claim_order})
+  + COALESCE(live.n, 0) AS atg FROM due LEFT JOIN live USING (kind, target))
 
 -- fragment: fits_target
-per_target IS NULL OR at_target <= per_target
+per_target IS NULL OR atg <= per_target
 
 -- fragment: fitting_by_kind
 -- With a running cap in the claim, each row's place in its kind too.
-fitting AS (SELECT ranked.*, row_number() OVER (PARTITION BY kind ORDER BY {claim_order})
-  + COALESCE(kinds.n, 0) AS at_kind FROM ranked LEFT JOIN (SELECT kind, sum(n) AS n
-  FROM live GROUP BY kind) AS kinds USING (kind) WHERE {fits_target})
+ft AS (SELECT rk.*, row_number() OVER (PARTITION BY kind ORDER BY {claim_order})
+  + COALESCE(kd.n, 0) AS akd FROM rk LEFT JOIN (SELECT kind, sum(n) AS n
+  FROM live GROUP BY kind) AS kd USING (kind) WHERE {fits_target})
 
 -- fragment: fitting_by_target
 -- Without one the kind's rank is not asked for: one window and one sort fewer.
-fitting AS (SELECT ranked.*, 0 AS at_kind FROM ranked WHERE {fits_target})
+ft AS (SELECT rk.*, 0 AS akd FROM rk WHERE {fits_target})
 
 -- fragment: limited_update
 -- What fits, in claim order, claimed.
 UPDATE {table} AS t SET state = 'running', attempts = t.attempts + 1,
   claim_token = md5(%(salt)s || t.id), claim_until = %(until)s, updated_at = %(now)s
-FROM (SELECT id, was, lease_end FROM fitting WHERE running IS NULL OR at_kind <= running
-  ORDER BY {claim_order} LIMIT %(limit)s) AS chosen
-WHERE t.id = chosen.id RETURNING {t_columns}, chosen.was, chosen.lease_end
+FROM (SELECT id, was, le FROM ft WHERE running IS NULL OR akd <= running
+  ORDER BY {claim_order} LIMIT %(limit)s) AS ch
+WHERE t.id = ch.id RETURNING {t_columns}, ch.was, ch.le
 
 -- fragment: limited_three
 {limited_start}, {limited_high},
@@ -298,44 +319,44 @@ WITH {limited_zero}, {fitting_by_kind} {limited_update}
 -- lv: the levels, each valid while it and every level below name full targets;
 -- kp: the valid ones; st: where the walk may start, the last valid level or the
 -- floor; hd: the head, the first due intent from there that no valid level names.
-lv AS MATERIALIZED (SELECT l.*, bool_and(l.shut) OVER (ORDER BY l.n) AS valid FROM
+lv AS MATERIALIZED (SELECT l.*, bool_and(l.shut) OVER (ORDER BY l.n) AS v FROM
   (SELECT l.*, ((l.kind, l.target) IN (SELECT kind, target FROM ftg)
    OR l.kind IN (SELECT kind FROM fkd)) AS shut FROM unnest(%(l_at)s::timestamptz[],
    %(l_created)s::timestamptz[], %(l_id)s::text[], %(l_kind)s::text[],
-   %(l_target)s::text[]) WITH ORDINALITY AS l(at, created, id, kind, target, n)) AS l),
-kp AS MATERIALIZED (SELECT * FROM lv WHERE valid),
-st AS MATERIALIZED (SELECT * FROM (SELECT at, created, id FROM kp UNION ALL
+   %(l_target)s::text[]) WITH ORDINALITY AS l(at, cr, id, kind, target, n)) AS l),
+kp AS MATERIALIZED (SELECT * FROM lv WHERE v),
+st AS MATERIALIZED (SELECT * FROM (SELECT at, cr, id FROM kp UNION ALL
   SELECT COALESCE(%(head_floor)s::timestamptz, '-infinity'), '-infinity', '') AS s
-  ORDER BY at DESC, created DESC, id DESC LIMIT 1),
+  ORDER BY at DESC, cr DESC, id DESC LIMIT 1),
 hd AS MATERIALIZED (SELECT t.next_at, t.created_at, t.id, t.kind, t.target
   FROM {table} AS t WHERE {limited_zero_where} AND (t.next_at, t.created_at, t.id)
-  >= ((SELECT at FROM st), (SELECT created FROM st), (SELECT id FROM st))
+  >= ((SELECT at FROM st), (SELECT cr FROM st), (SELECT id FROM st))
   AND (t.kind, t.target) NOT IN (SELECT kind, target FROM kp)
   ORDER BY {order_within_priority} LIMIT 1)
 
 -- fragment: limited_head
 {limited_start}, {held_head},
-branch_zero AS MATERIALIZED (SELECT {limited_picked} FROM {table} AS t
+b0 AS MATERIALIZED (SELECT {limited_picked} FROM {table} AS t
   WHERE {limited_zero_where} AND (t.next_at, t.created_at, t.id) >= ((SELECT next_at FROM hd),
   (SELECT created_at FROM hd), (SELECT id FROM hd)) AND {has_room}
   ORDER BY {order_within_priority} LIMIT %(fetch)s FOR UPDATE OF t SKIP LOCKED),
-due AS ({capped_rows} FROM (SELECT * FROM branch_zero) AS u LEFT JOIN caps USING (kind)), {ranked}
+due AS ({capped_rows} FROM (SELECT * FROM b0) AS u LEFT JOIN caps USING (kind)), {ranked}
 
 -- fragment: head_info
 -- After the claimed rows (heldhead.INFO_COLUMNS), from a one-row join that has
 -- them even when the claim took nothing: the levels still valid, the head's key
 -- and target, whether that target is full, the oldest next_at of the live leases.
-SELECT claimed.*, (SELECT count(*) FROM kp), hd.next_at, hd.created_at, hd.id, hd.kind,
+SELECT cl.*, (SELECT count(*) FROM kp), hd.next_at, hd.created_at, hd.id, hd.kind,
   hd.target, (hd.kind, hd.target) IN (SELECT kind, target FROM ftg)
-  OR hd.kind IN (SELECT kind FROM fkd), (SELECT min(since) FROM live)
-FROM (SELECT 1) AS one LEFT JOIN hd ON true LEFT JOIN claimed ON true
+  OR hd.kind IN (SELECT kind FROM fkd), (SELECT min(sn) FROM live)
+FROM (SELECT 1) AS one LEFT JOIN hd ON true LEFT JOIN cl ON true
 
 -- name: limited_claim_head
 -- The exact claim of priority 0 from past the held-back head.
-WITH {limited_head}, {fitting_by_target}, claimed AS ({limited_update}) {head_info}
+WITH {limited_head}, {fitting_by_target}, cl AS ({limited_update}) {head_info}
 
 -- name: limited_claim_head_capped
-WITH {limited_head}, {fitting_by_kind}, claimed AS ({limited_update}) {head_info}
+WITH {limited_head}, {fitting_by_kind}, cl AS ({limited_update}) {head_info}
 
 -- fragment: room
 -- While the fullest target of the limited kinds has room for the whole claim
@@ -348,7 +369,7 @@ room AS MATERIALIZED (SELECT spare >= %(limit)s AS ok, spare FROM (SELECT
 
 -- fragment: roomy_answer
 -- The claimed rows, and whether there was room (even when none was taken).
-SELECT claimed.*, room.ok, room.spare FROM room LEFT JOIN claimed ON true
+SELECT cl.*, room.ok, room.spare FROM room LEFT JOIN cl ON true
 
 -- name: roomy_claim
 WITH {room},
@@ -360,13 +381,13 @@ branch_zero AS MATERIALIZED (SELECT {picked} FROM {table} WHERE {claim_zero}
 branch_low AS MATERIALIZED (SELECT {picked} FROM {table} WHERE {claim_low}
   AND (SELECT ok FROM room) ORDER BY {claim_order} LIMIT {room_low} FOR UPDATE SKIP LOCKED),
 due AS (SELECT * FROM ({branch_union}) AS u LIMIT %(limit)s),
-claimed AS ({claim_due}) {roomy_answer}
+cl AS ({claim_due}) {roomy_answer}
 
 -- name: roomy_claim_zero
 WITH {room},
 due AS MATERIALIZED (SELECT {picked} FROM {table} WHERE {claim_zero} AND (SELECT ok FROM room)
   ORDER BY {order_within_priority} LIMIT %(limit)s FOR UPDATE SKIP LOCKED),
-claimed AS ({claim_due}) {roomy_answer}
+cl AS ({claim_due}) {roomy_answer}
 
 -- fragment: lock_settings
 -- For the rest of the claim's transaction: no bitmap scans. The live leases
@@ -397,6 +418,50 @@ FROM unnest(%(keys)s::bigint[]) AS k
 
 -- name: limit_lock_only
 SELECT count(pg_advisory_xact_lock(k)), {lock_settings} FROM unnest(%(keys)s::bigint[]) AS k
+
+-- The claims of rated and ordered kinds (limited.py, portable; SPEC §14) --------
+
+-- name: scan
+-- The due rows a claim made in Python admits from (limited.py), each branch
+-- locked as the claim's are; ftg and fkd are the targets and the kinds with
+-- no room that the claim gives, and the paused kinds.
+WITH ftg AS MATERIALIZED (SELECT * FROM unnest(%(ft_kinds)s::text[], %(ft_targets)s::text[])
+  AS f(kind, target)),
+fkd AS MATERIALIZED (SELECT unnest(%(full_kinds)s::text[]) AS kind UNION ALL
+  SELECT kind FROM {paused}),
+branch_high AS MATERIALIZED (SELECT {columns} FROM {table} AS t WHERE {due} AND priority > 0
+  AND {limited_filters} AND {has_room} ORDER BY {claim_order} LIMIT %(limit)s
+  FOR UPDATE OF t SKIP LOCKED),
+branch_zero AS MATERIALIZED (SELECT {columns} FROM {table} AS t WHERE {limited_zero_where}
+  AND {floor} AND {has_room} ORDER BY {order_within_priority} LIMIT %(limit)s
+  FOR UPDATE OF t SKIP LOCKED),
+branch_low AS MATERIALIZED (SELECT {columns} FROM {table} AS t WHERE {due} AND priority < 0
+  AND {limited_filters} AND {has_room} ORDER BY {claim_order} LIMIT %(limit)s
+  FOR UPDATE OF t SKIP LOCKED)
+{branch_union}
+
+-- name: claim_update
+-- The rows scan locked and the claim admitted, claimed by key (rows.take).
+UPDATE {table} SET state = 'running', attempts = attempts + 1,
+  claim_token = md5(%(salt)s || id), claim_until = %(until)s, updated_at = %(now)s
+WHERE id = ANY (%(ids)s::text[]) AND {active} RETURNING id, claim_token
+
+-- name: rate_prune
+DELETE FROM {starts} WHERE kind = ANY (%(kinds)s::text[]) AND started_at <= %(before)s
+
+-- name: ordered_heads
+-- The head of each ordered target a claim found: the first entry of its kind
+-- and target in the ordered index of migration 0015, keyed by md5(target),
+-- since a target may be longer than a B-tree entry may be.
+SELECT p.kind, p.target, head.id FROM unnest(%(kinds)s::text[], %(targets)s::text[])
+  AS p(kind, target)
+CROSS JOIN LATERAL (SELECT t.id FROM {table} AS t WHERE t.kind = p.kind
+  AND md5(t.target) = md5(p.target) AND t.target = p.target AND {active}
+  ORDER BY t.created_at, t.id LIMIT 1) AS head
+
+-- name: due_by_id
+SELECT {columns} FROM {table} WHERE id = ANY (%(ids)s::text[]) AND {due} AND {within_attempts}
+FOR UPDATE SKIP LOCKED
 
 -- The admin's estimates (estimate_rows) --------------------------------------
 

@@ -66,6 +66,9 @@ UPDATE {table} SET state = vstate, next_at = COALESCE(vnext, next_at),
 FROM v WHERE id = vid AND state = 'running' AND claim_token = vtoken
 RETURNING id, kind, state
 
+-- fragment: ordered_index
+INDEXED BY intents_ordered_idx
+
 -- name: begin_immediate
 -- A write transaction that takes the write lock first (sqlite.py's write_transaction).
 BEGIN IMMEDIATE
@@ -84,3 +87,7 @@ MAX
 -- Changes when another connection has committed; reading it takes no lock
 -- (sqlite.py's CommitWatch).
 PRAGMA data_version
+
+-- name: target_rows
+-- No FOR UPDATE: the write transaction holds SQLite's one write lock.
+SELECT {target_columns} FROM {targets} WHERE {key} IN ([keys])

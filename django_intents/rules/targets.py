@@ -1,0 +1,399 @@
+"""Target health (SPEC §14): how a kind treats each of its targets, and the arithmetic of it.
+
+``LIMITS[kind]`` may give a kind a ``rate`` (at most N attempts of one target
+start in any window of K seconds), a ``breaker`` (stop sending to a target
+after F consecutive failures, probe it after a cooldown that doubles up to a
+maximum) and ``ordered`` (a target's intents start one at a time, oldest
+first). ``parse_policy`` checks those keys and builds a ``TargetPolicy``;
+``rules/limits.parse`` calls it beside the caps and the timeout.
+
+Everything here is pure: times come in as ``now`` (seconds or datetimes the
+caller chose), so the window and the breaker are tested without a clock.
+The state a hold or a breaker needs lives in the database (``TargetState``,
+one row per target that is not plainly healthy), shared by every pool.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Any
+
+POLICY_KEYS = ("rate", "breaker", "ordered")
+BREAKER_KEYS = ("failures", "cooldown", "max_cooldown")
+DEFAULT_COOLDOWN = 30.0
+DEFAULT_MAX_COOLDOWN = 3600.0
+
+
+class TargetHealth(StrEnum):
+    """The states of a target in ``TargetState``; ``closed`` is healthy (with failures counted)."""
+
+    CLOSED = "closed"  # healthy; ``failures`` may count consecutive failed attempts
+    HELD = "held"  # held until ``until`` (a 429's Retry-After, or by hand)
+    OPEN = "open"  # the breaker tripped: nothing is claimed until ``until``
+    HALF_OPEN = "half_open"  # one probe is out; its result closes or reopens the breaker
+
+
+# The states in which no intent of the target is claimed while ``until`` lies ahead.
+BLOCKING = (TargetHealth.HELD, TargetHealth.OPEN)
+
+_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
+_RATE = re.compile(r"^\s*(\d+)\s*/\s*(\d*)\s*([smh])\s*$")
+
+
+@dataclass(frozen=True)
+class Rate:
+    """At most ``count`` attempts of one (kind, target) start in any window of ``seconds``."""
+
+    count: int
+    seconds: float
+
+    def room(self, starts: Sequence[float], now: float) -> int:
+        """How many more may start at ``now``, given the start times already recorded.
+
+        A start later than ``now`` counts too: one pool reads the clock, another
+        reads it after, claims and commits first; the first then claims with a
+        ``now`` earlier than a start it must see. Every window that holds
+        ``now`` lies in ``(now - seconds, now + seconds)``, so counting every
+        start after ``now - seconds`` keeps all of them within the rate.
+        """
+        return self.left(self.recent(starts, now))
+
+    def recent(self, starts: Sequence[float], now: float) -> int:
+        """How many of ``starts`` a start at ``now`` must count: those after ``now - seconds``."""
+        return sum(1 for start in starts if now - self.seconds < start)
+
+    def left(self, recent: int) -> int:
+        """How many more may start while ``recent`` starts lie inside the window."""
+        return max(self.count - recent, 0)
+
+    @property
+    def window(self) -> timedelta:
+        """The window's length: a start at ``t`` counts at every ``now`` with
+        ``now - window < t`` (``recent``), the claims' ``rate_starts`` included."""
+        return timedelta(seconds=self.seconds)
+
+    def next_start(self, starts: Sequence[float], now: float) -> float:
+        """The earliest time at or after ``now`` at which one more may start."""
+        recent = sorted(start for start in starts if now - self.seconds < start)
+        if len(recent) < self.count:
+            return now
+        # The window must slide past the start that makes it full.
+        return recent[len(recent) - self.count] + self.seconds
+
+
+@dataclass(frozen=True)
+class Breaker:
+    """Open after ``failures`` consecutive failures; cool ``cooldown`` s, doubling to the max."""
+
+    failures: int
+    cooldown: float = DEFAULT_COOLDOWN
+    max_cooldown: float = DEFAULT_MAX_COOLDOWN
+
+    def trips(self, consecutive: int) -> bool:
+        """Whether ``consecutive`` failed attempts open a closed breaker."""
+        return consecutive >= self.failures
+
+    def cooldown_for(self, openings: int) -> float:
+        """The cooldown of the ``openings``-th consecutive opening (1 for the first)."""
+        doublings = max(openings - 1, 0)
+        if doublings >= 64:  # 2.0**64 times any cooldown is past every maximum
+            return self.max_cooldown
+        return min(self.cooldown * 2.0**doublings, self.max_cooldown)
+
+
+@dataclass(frozen=True)
+class TargetPolicy:
+    """What ``LIMITS[kind]`` asks of each target of the kind beyond the caps."""
+
+    rate: Rate | None = None
+    breaker: Breaker | None = None
+    ordered: bool = False
+
+
+@dataclass(frozen=True)
+class TargetRow:
+    """One target that is not plainly healthy, as ``Intent.objects.targets()`` shows it.
+
+    ``until`` is when it may be tried again: ``None`` once that has passed,
+    and for a half-open or failing closed target, which no time holds back.
+    """
+
+    kind: str
+    target: str
+    state: TargetHealth
+    failures: int
+    until: datetime | None
+    last_error: str
+
+    @classmethod
+    def at(
+        cls,
+        now: datetime,
+        *,
+        kind: str,
+        target: str,
+        state: str,
+        failures: int,
+        until: datetime | None,
+        last_error: str,
+    ) -> TargetRow:
+        """The row as it stands at ``now``: a hold or a cooldown that has passed shows no time."""
+        health = TargetHealth(state)
+        ahead = until if health in BLOCKING and until is not None and until > now else None
+        return cls(kind, target, health, failures, ahead, last_error)
+
+    @property
+    def blocking(self) -> bool:
+        """Whether its intents wait on it now: held or open until later, or probing."""
+        return self.until is not None or self.state is TargetHealth.HALF_OPEN
+
+    def as_dict(self) -> dict[str, object]:
+        """The row as a plain dict (``state`` a plain string), for JSON and templates."""
+        return {**asdict(self), "state": self.state.value}
+
+
+def hold_for(seconds: object) -> timedelta:
+    """How long ``open_target`` holds a target: a positive, finite number of seconds."""
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+        raise TypeError(f"seconds must be a number, not {type(seconds).__name__}")
+    if not 0 < seconds < math.inf:  # NaN fails both
+        raise ValueError(f"seconds must be a positive, finite number, not {seconds!r}")
+    try:
+        return timedelta(seconds=seconds)
+    except OverflowError:
+        raise ValueError(f"seconds must be shorter than {timedelta.max}, not {seconds!r}") from None
+
+
+def parse_rate(kind: str, value: Any) -> Rate:
+    """``"N/s"``, ``"N/m"``, ``"N/h"`` or ``"N/Ks"`` (N attempts per K seconds)."""
+    match = _RATE.match(value) if isinstance(value, str) else None
+    if match is None:
+        raise ValueError(
+            f"[{kind!r}]['rate'] must be 'N/s', 'N/m', 'N/h' or 'N/Ks' "
+            f"(e.g. '100/20s'), not {value!r}"
+        )
+    count, many, unit = match.groups()
+    seconds = (int(many) if many else 1) * _UNITS[unit]
+    if int(count) < 1 or seconds <= 0:
+        raise ValueError(
+            f"[{kind!r}]['rate'] needs at least 1 attempt per a positive window, not {value!r}"
+        )
+    return Rate(int(count), seconds)
+
+
+def _seconds(kind: str, key: str, value: Any) -> float:
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    if not number or not value > 0 or math.isinf(value):  # NaN is not > 0
+        raise ValueError(
+            f"[{kind!r}]['breaker'][{key!r}] must be a positive number of seconds, not {value!r}"
+        )
+    return float(value)
+
+
+def parse_breaker(kind: str, value: Any) -> Breaker:
+    """``{"failures": F, "cooldown": C, "max_cooldown": M}``; F required, 0 < C <= M."""
+    if not isinstance(value, Mapping):
+        raise ValueError(
+            f"[{kind!r}]['breaker'] must be a dict like "
+            f"{{'failures': 5, 'cooldown': 30, 'max_cooldown': 3600}}, not {value!r}"
+        )
+    unknown = sorted(str(key) for key in value if key not in BREAKER_KEYS)
+    if unknown:
+        raise ValueError(
+            f"[{kind!r}]['breaker'] has unknown key(s) {', '.join(unknown)}; "
+            f"known: {', '.join(BREAKER_KEYS)}"
+        )
+    failures = value.get("failures")
+    if isinstance(failures, bool) or not isinstance(failures, int) or failures < 1:
+        raise ValueError(
+            f"[{kind!r}]['breaker']['failures'] must be a positive integer, not {failures!r}"
+        )
+    cooldown = _seconds(kind, "cooldown", value.get("cooldown", DEFAULT_COOLDOWN))
+    maximum = _seconds(
+        kind, "max_cooldown", value.get("max_cooldown", max(DEFAULT_MAX_COOLDOWN, cooldown))
+    )
+    if cooldown > maximum:
+        raise ValueError(
+            f"[{kind!r}]['breaker']['cooldown'] ({cooldown:g}) must not exceed "
+            f"'max_cooldown' ({maximum:g})"
+        )
+    return Breaker(failures, cooldown, maximum)
+
+
+def parse_ordered(kind: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"[{kind!r}]['ordered'] must be True or False, not {value!r}")
+    return value
+
+
+def parse_policy(kind: str, entry: Mapping[str, Any]) -> TargetPolicy | None:
+    """The policy in one ``LIMITS`` entry, or ``None`` when it sets none of ``POLICY_KEYS``."""
+    if not any(key in entry for key in POLICY_KEYS):
+        return None
+    rate = parse_rate(kind, entry["rate"]) if "rate" in entry else None
+    breaker = parse_breaker(kind, entry["breaker"]) if "breaker" in entry else None
+    ordered = parse_ordered(kind, entry["ordered"]) if "ordered" in entry else False
+    if rate is None and breaker is None and not ordered:
+        return None  # "ordered": False alone asks for nothing
+    return TargetPolicy(rate=rate, breaker=breaker, ordered=ordered)
+
+
+def target_key(kind: str, target: str) -> str:
+    """``TargetState``'s key for (kind, target): a hash, as both together may be 2,148 characters.
+
+    The kind's length leads, so that no (kind, target) pair spells another's.
+    """
+    text = f"{len(kind)}:{kind}{target}"
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+# -- the transitions of one target's health (SPEC §14) -------------------------
+
+
+class Event(StrEnum):
+    """What an attempt's end, or a claim, tells of its target."""
+
+    SUCCESS = "success"  # completed: the count of consecutive failures starts again
+    FAILURE = "failure"  # a handler error, a timeout, or a lease that expired and was taken over
+    HOLD = "hold"  # Retry(after=..., hold_target=True): hold the target until ``until``
+    # Neither: a snooze, a Stop, a release at shutdown. Matters only for a
+    # half-open probe, whose target is probed again by another intent.
+    NEUTRAL = "neutral"
+
+
+@dataclass(frozen=True)
+class Health:
+    """One ``TargetState`` row's changing part; no row is ``CLOSED`` with nothing counted.
+
+    ``probe`` is the id of the half-open target's probe once one was claimed;
+    ``""`` while half-open means that the next claim of a pool that read the
+    row may take one intent of the target as the probe.
+    """
+
+    state: TargetHealth = TargetHealth.CLOSED
+    failures: int = 0
+    openings: int = 0
+    until: Any = None  # a datetime: when a held or open target may be tried again
+    last_error: str = ""
+    probe: str = ""
+
+    @property
+    def plain(self) -> bool:
+        """Whether the target is plainly healthy: its row can go."""
+        return self.state == TargetHealth.CLOSED and self.failures == 0
+
+    def blocks(self, now: Any, exempt: bool = False) -> bool:
+        """Whether a claim at ``now`` leaves the target's intents alone (``target_open`` in
+        sql/common.sql says the same); ``exempt``: the claimer knows it is probing."""
+        if self.state == TargetHealth.CLOSED:
+            return False
+        if self.state == TargetHealth.HELD:
+            return self.until is not None and self.until > now
+        if self.state == TargetHealth.HALF_OPEN and not self.probe:
+            return not exempt
+        return True
+
+
+def opened(health: Health, breaker: Breaker, now: Any, error: str) -> Health:
+    """``health`` opened once more: the cooldown doubles with each consecutive opening."""
+    openings = health.openings + 1
+    until = now + _delta(breaker.cooldown_for(openings))
+    return Health(TargetHealth.OPEN, health.failures, openings, until, error, "")
+
+
+def after(
+    health: Health | None,
+    event: Event,
+    *,
+    now: Any,
+    breaker: Breaker | None,
+    intent: str = "",
+    until: Any = None,
+    error: str = "",
+) -> Health | None:
+    """The target's health after ``event`` of the attempt of ``intent`` at ``now``.
+
+    ``None`` is a plainly healthy target (no row). Failures count only for a
+    kind with a ``breaker``; a hold (``until``) applies to any kind. An
+    attempt that was already running when the target opened ends as it
+    ends: its failure only counts, its success closes the breaker.
+    """
+    current = health or Health()
+    probe = current.state == TargetHealth.HALF_OPEN and bool(intent) and current.probe == intent
+    if event == Event.SUCCESS:
+        if current.state == TargetHealth.HELD:  # the partner asked for the wait: it stays
+            return Health(TargetHealth.HELD, 0, 0, current.until, current.last_error)
+        return None
+    if event == Event.HOLD:
+        if current.state in (TargetHealth.CLOSED, TargetHealth.HELD) or probe:
+            later = until if current.until is None else max(current.until, until)
+            state = TargetHealth.OPEN if probe else TargetHealth.HELD
+            return Health(state, current.failures, current.openings, later, current.last_error)
+        if current.state == TargetHealth.OPEN:
+            later = until if current.until is None else max(current.until, until)
+            return Health(
+                TargetHealth.OPEN, current.failures, current.openings, later, current.last_error
+            )
+        return current  # half-open with another probe out: its verdict decides
+    if event == Event.NEUTRAL:
+        if probe:  # no verdict: the next claim probes with another intent
+            return Health(
+                TargetHealth.HALF_OPEN, current.failures, current.openings, None, current.last_error
+            )
+        return health
+    if breaker is None:
+        return health
+    counted = Health(
+        current.state,
+        current.failures + 1,
+        current.openings,
+        current.until,
+        error,
+        current.probe,
+    )
+    if probe:
+        return opened(counted, breaker, now, error)
+    if current.state in (TargetHealth.CLOSED, TargetHealth.HELD) and breaker.trips(
+        counted.failures
+    ):
+        return opened(counted, breaker, now, error)
+    return counted
+
+
+def reaped(
+    health: Health,
+    probe_state: str | None,
+    lease_over: bool,
+    *,
+    now: Any,
+    breaker: Breaker | None,
+) -> Health | None:
+    """A half-open target whose probe no pool will report on: what became of it.
+
+    ``probe_state`` is the probe intent's state (``None``: gone), ``lease_over``
+    whether a running probe's lease has expired. A probe whose lease expired
+    failed; one completed (in the handler's ``attempt.atomic()``) succeeded;
+    one moved by an operator gave no verdict, so another intent probes.
+    """
+    if probe_state == "running" and not lease_over:
+        return health
+    if breaker is None:  # the kind has no breaker any more: nothing holds the target
+        return None
+    if probe_state == "running":
+        error = "the probe's lease expired"
+        return after(
+            health, Event.FAILURE, now=now, breaker=breaker, intent=health.probe, error=error
+        )
+    if probe_state == "completed":
+        return after(health, Event.SUCCESS, now=now, breaker=breaker, intent=health.probe)
+    return after(health, Event.NEUTRAL, now=now, breaker=breaker, intent=health.probe)
+
+
+def _delta(seconds: float) -> timedelta:
+    return timedelta(seconds=seconds)
