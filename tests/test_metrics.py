@@ -49,6 +49,8 @@ LABELS = {
     "django_intents_oldest_due_age_seconds": {"kind"},
     "django_intents_oldest_running_seconds": {"kind"},
     "django_intents_paused": {"kind"},
+    "django_intents_targets": {"kind", "state"},
+    "django_intents_breaker_transitions_total": {"kind", "to"},
     "django_intents_handler_duration_seconds": {"kind", "outcome"},
     "django_intents_transitions_total": {"kind", "to"},
     "django_intents_rescued_total": {"kind"},
@@ -59,6 +61,8 @@ TYPES = {
     "django_intents_oldest_due_age_seconds": "gauge",
     "django_intents_oldest_running_seconds": "gauge",
     "django_intents_paused": "gauge",
+    "django_intents_targets": "gauge",
+    "django_intents_breaker_transitions_total": "counter",
     "django_intents_handler_duration_seconds": "histogram",
     "django_intents_transitions_total": "counter",
     "django_intents_rescued_total": "counter",
@@ -67,6 +71,7 @@ TYPES = {
 # Series that only this process's work moves (the gauges read the database instead).
 COUNTED = (
     "django_intents_transitions_total",
+    "django_intents_breaker_transitions_total",
     "django_intents_rescued_total",
     "django_intents_rescue_delay_seconds_count",
     "django_intents_rescue_delay_seconds_sum",
@@ -655,8 +660,9 @@ def test_gauges_are_read_by_one_grouped_query_and_cached(client):
     with override_settings(INTENTS=intents(GAUGE_CACHE=1.0)):
         with CaptureQueriesContext(connection) as first:
             samples = scrape(client)
-        assert len(first) == 1
-        assert "GROUP BY" in first[0]["sql"].upper()
+        # The backlog's query, and the targets' (django_intents_targets).
+        assert len(first) == 2
+        assert all("GROUP BY" in query["sql"].upper() for query in first)
         assert samples[series("django_intents_pending", kind="webhook")] == 1
 
         Intent.objects.enqueue("webhook", "two", "t")
@@ -668,7 +674,7 @@ def test_gauges_are_read_by_one_grouped_query_and_cached(client):
         time.sleep(1.1)
         with CaptureQueriesContext(connection) as expired:
             samples = scrape(client)
-        assert len(expired) == 1
+        assert len(expired) == 2
         assert samples[series("django_intents_pending", kind="webhook")] == 2
 
 
@@ -924,11 +930,12 @@ def test_importing_metrics_again_registers_nothing_twice():
         "from prometheus_client import REGISTRY, generate_latest\n"
         "import django_intents.observability.metrics as m\n"
         "kept = (m.TRANSITIONS, m.HANDLER_DURATION, m.RESCUED, m.RESCUE_DELAY, m.QUEUE)\n"
-        "m.QUEUE._cached_rows = lambda: ([], True)\n"
+        "m.QUEUE._cached_rows = lambda: ([], True, {})\n"
         "importlib.reload(m)\n"
         "importlib.reload(m)\n"
         "m.connect()\n"
         "assert kept == (m.TRANSITIONS, m.HANDLER_DURATION, m.RESCUED, m.RESCUE_DELAY, m.QUEUE)\n"
+        "assert m.BREAKER_TRANSITIONS is m.registered('django_intents_breaker_transitions')\n"
         "print(generate_latest(REGISTRY).decode())\n"
     )
     text = django_process(code).stdout

@@ -47,14 +47,16 @@ from django_intents.admin.changelist import (
     IntentChangeList,
     KindFilter,
     LastErrorFilter,
+    TargetFilter,
     search,
 )
 from django_intents.admin.dashboard import dashboard_url
 from django_intents.admin.humanize import pre_json, relative, timestamp
 from django_intents.admin.summary import SCHEDULE_COLUMNS, queue_summary
+from django_intents.admin.targets import targets_url
 from django_intents.maintenance.schedules import listing
 from django_intents.models import Intent
-from django_intents.rules.states import ACTIVE, TERMINAL, State
+from django_intents.rules.states import TERMINAL, State
 from django_intents.store.clock import server_now
 
 try:
@@ -87,7 +89,7 @@ class IntentAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         "next_run",
         "error_summary",
     )
-    list_filter = ("state", KindFilter, LastErrorFilter)
+    list_filter = ("state", KindFilter, LastErrorFilter, TargetFilter)
     # Django's search box; get_search_results (changelist.search) does the searching.
     search_fields = ("^id", "event_id", "target")
     search_help_text = gettext_lazy(
@@ -244,13 +246,12 @@ class IntentAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         return super().render_change_form(request, context, add, change, form_url, obj)
 
     def _buttons(self, request: HttpRequest, intent: Intent | None) -> list[dict[str, str]]:
-        if intent is None or intent.state not in ACTIVE:
-            return []
-        if not self.has_change_permission(request, intent):
+        if intent is None or not self.has_change_permission(request, intent):
             return []
         return [
             {"name": t.name, "label": str(t.button), "url": self._url(t.name, intent.pk)}
             for t in TRANSITIONS
+            if intent.state in t.sources
         ]
 
     def changeform_view(
@@ -319,7 +320,8 @@ class IntentAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         kinds = [
             self._post(f"kinds/{c.name}/", partial(self.kind_view, c), c.name) for c in KIND_CHANGES
         ]
-        return buttons + kinds + [dashboard_url(self)] + super().get_urls()
+        pages = [dashboard_url(self), targets_url(self)]
+        return buttons + kinds + pages + super().get_urls()
 
     def _post(self, route: str, view: Callable[..., HttpResponse], name: str) -> URLPattern:
         """This admin's URL ``name`` at ``route``: a view for POSTs from the admin's users."""

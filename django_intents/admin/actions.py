@@ -5,13 +5,19 @@ returns whether it moved the intent (``Intent.objects.retry_now(id)``). One
 entry in ``TRANSITIONS`` gives the list action (with Django's permission check
 on "change"), the change-page button and its label, the button's URL
 (``<id>/<name>/`` with dashes, named ``django_intents_intent_<name>``), the
-message and the log entry. A transition with no way back (``cancel``) asks
+message and the log entry. A transition that ends an intent (``cancel``) asks
 first, on a page of its own (``confirmation``), from the list and the button alike.
+Each moves intents from the states it names (``sources``): ``retry_now`` and
+``cancel`` unfinished ones, ``redrive`` (SPEC §14) cancelled ones, so its button
+shows on a cancelled intent's page only.
 
 A kind is paused and resumed (SPEC §11) from the summary above the list: one
 entry in ``KIND_CHANGES`` gives the button, the URL (``kinds/<name>/``), the
 messages and the log entry, which is recorded on the paused kind as a
-transition's is on its intents. Deletion is Django's, on finished intents only.
+transition's is on its intents. A target is closed or held (SPEC §14) from
+the Targets page (``targets.py``): one entry in ``TARGET_CHANGES`` each, its
+log entry recorded on the target's ``TargetState``. Deletion is Django's, on
+finished intents only.
 """
 
 from __future__ import annotations
@@ -30,13 +36,15 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
 from django.utils import timezone
+from django.utils.text import Truncator
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, ngettext, ngettext_lazy
 
 from django_intents.admin.changelist import bounded_count
-from django_intents.models import Intent, PausedKind
+from django_intents.models import Intent, PausedKind, TargetState
 from django_intents.rules.batches import INSERT_BATCH
 from django_intents.rules.states import ACTIVE, TERMINAL, State
+from django_intents.rules.targets import TargetHealth, target_key
 
 if TYPE_CHECKING:
     from django_stubs_ext import StrPromise
@@ -44,6 +52,7 @@ if TYPE_CHECKING:
     Action = Callable[[admin.ModelAdmin[Intent], HttpRequest, QuerySet[Intent]], Any]
 
 CONFIRM_LISTED = 100  # intents named on a confirmation page; past that, "and N more"
+TARGET_NAMED = 80  # characters of a target named in a message
 
 
 @dataclass(frozen=True)
@@ -54,8 +63,9 @@ class Transition:
     done: StrPromise  # ngettext_lazy(..., "count"): what changed
     log: str  # the LogEntry change message; untranslated, like Django's own
     to: str  # the state it moves an intent to
-    # Asks "are you sure?" on a page of its own first (``confirmation``): no way back.
+    # Asks "are you sure?" on a page of its own first (``confirmation``): it ends intents.
     confirm: StrPromise | None = None
+    sources: tuple[str, ...] = ACTIVE  # the states it moves an intent from
 
     @property
     def path(self) -> str:
@@ -83,14 +93,29 @@ TRANSITIONS = (
         "Cancelled.",
         State.CANCELLED,
         gettext_lazy(
-            "Cancel the selected intents? A cancelled intent is not run again: "
-            "no action here brings it back."
+            "Cancel the selected intents? A cancelled intent is not run again "
+            "unless it is redriven, with a fresh MAX_ATTEMPTS."
         ),
+    ),
+    Transition(
+        "redrive",
+        gettext_lazy("Redrive (cancelled intents only)"),
+        gettext_lazy("Redrive"),
+        ngettext_lazy(
+            "Redrove %(count)d cancelled intent: pending again, due now, "
+            "with a fresh MAX_ATTEMPTS.",
+            "Redrove %(count)d cancelled intents: pending again, due now, "
+            "with a fresh MAX_ATTEMPTS.",
+            "count",
+        ),
+        "Redriven.",
+        State.PENDING,
+        sources=(State.CANCELLED,),
     ),
 )
 
-# Why a transition refused an intent, from its state now. The transitions
-# refuse only finished intents, so any other state means it moved meanwhile.
+# Why a transition refused an intent, from its state now: a state it does not
+# move from; one it does means the intent moved meanwhile.
 _REFUSED = {
     State.COMPLETED: ngettext_lazy(
         "%(count)d already completed", "%(count)d already completed", "count"
@@ -98,6 +123,8 @@ _REFUSED = {
     State.CANCELLED: ngettext_lazy(
         "%(count)d already cancelled", "%(count)d already cancelled", "count"
     ),
+    State.PENDING: ngettext_lazy("%(count)d still pending", "%(count)d still pending", "count"),
+    State.RUNNING: ngettext_lazy("%(count)d running", "%(count)d running", "count"),
     "moved": ngettext_lazy("%(count)d changed meanwhile", "%(count)d changed meanwhile", "count"),
     "gone": ngettext_lazy("%(count)d no longer exists", "%(count)d no longer exist", "count"),
 }
@@ -173,7 +200,8 @@ def apply(
     transition: Transition,
 ) -> None:
     """Run the transition on the selected intents (id to kind) and report what changed and
-    what did not: ``retry_now_many`` or ``cancel_many``, one statement per thousand."""
+    what did not: ``retry_now_many``, ``cancel_many`` or ``redrive_many``, one statement
+    per ``INSERT_BATCH``."""
     manager = Intent.objects.db_manager(router.db_for_write(Intent))
     moved = set(getattr(manager, f"{transition.name}_many")(selection))
     if moved:
@@ -188,21 +216,20 @@ def apply(
         modeladmin.message_user(request, done, messages.SUCCESS)
     skipped = [pk for pk in selection if pk not in moved]
     if skipped:
-        modeladmin.message_user(request, skipped_message(skipped), messages.WARNING)
+        message = skipped_message(skipped, transition.sources)
+        modeladmin.message_user(request, message, messages.WARNING)
 
 
-def skipped_message(ids: Sequence[str]) -> str:
-    """Say why intents were not changed, from their state now (one query per ``INSERT_BATCH``)."""
+def skipped_message(ids: Sequence[str], sources: Sequence[str] = ACTIVE) -> str:
+    """Say why intents were not changed by a transition from the states ``sources``, from
+    their state now (one query per ``INSERT_BATCH``)."""
     states: Counter[str] = Counter()
     for start in range(0, len(ids), INSERT_BATCH):
         chunk = ids[start : start + INSERT_BATCH]
         states.update(Intent.objects.filter(pk__in=chunk).values_list("state", flat=True))
-    counts = {
-        State.COMPLETED: states[State.COMPLETED],
-        State.CANCELLED: states[State.CANCELLED],
-        "moved": states.total() - states[State.COMPLETED] - states[State.CANCELLED],
-        "gone": len(ids) - states.total(),
-    }
+    counts = {state: states[state] for state in _REFUSED if state not in sources}
+    counts["moved"] = sum(states[state] for state in sources)
+    counts["gone"] = len(ids) - states.total()
     reasons = [_REFUSED[why] % {"count": count} for why, count in counts.items() if count]
     return ngettext(
         "Skipped %(count)d intent: %(reasons)s.",
@@ -252,6 +279,82 @@ def change_kind(
         return
     _log(request, [PausedKind(kind=kind, paused_at=timezone.now())], change.log)
     modeladmin.message_user(request, change.done % {"kind": kind}, messages.SUCCESS)
+
+
+@dataclass(frozen=True)
+class TargetChange:
+    name: str  # the manager method; also the value of the Targets page's ``action`` field
+    button: StrPromise
+    done: StrPromise  # "%(kind)s", "%(target)s", "%(seconds)s": what changed
+    unchanged: StrPromise  # the same: nothing to do
+    log: str  # "%(seconds)s": the LogEntry change message; untranslated, like Django's own
+    to: TargetHealth
+    seconds: bool = False  # takes the Targets page's ``seconds`` field
+
+
+TARGET_CHANGES = (
+    TargetChange(
+        "close_target",
+        gettext_lazy("Close now"),
+        gettext_lazy(
+            "Closed target “%(target)s” of kind “%(kind)s”: pools claim its intents again "
+            "at their next claim."
+        ),
+        gettext_lazy("Target “%(target)s” of kind “%(kind)s” was already healthy."),
+        "Closed.",
+        TargetHealth.CLOSED,
+    ),
+    TargetChange(
+        "open_target",
+        gettext_lazy("Hold for…"),
+        gettext_lazy(
+            "Held target “%(target)s” of kind “%(kind)s” for %(seconds)s s: no pool claims "
+            "its intents until then."
+        ),
+        gettext_lazy("Target “%(target)s” of kind “%(kind)s” was already held until then."),
+        "Held for %(seconds)s s.",
+        TargetHealth.HELD,
+        seconds=True,
+    ),
+)
+
+
+def change_target(
+    modeladmin: admin.ModelAdmin[Intent],
+    request: HttpRequest,
+    change: TargetChange,
+    kind: str,
+    target: str,
+    seconds: str | None = None,
+) -> None:
+    """Close or hold (kind, target) and report it; what the manager refuses (a blank
+    target, seconds that are not a positive number) is an error message, nothing written."""
+    names = {"kind": kind, "target": Truncator(target).chars(TARGET_NAMED), "seconds": seconds}
+    args: list[object] = [kind, target]
+    if change.seconds:
+        try:
+            number = float(seconds or "")
+        except ValueError:
+            message = _("Hold for: “%(seconds)s” is not a number of seconds.") % names
+            modeladmin.message_user(request, message, messages.ERROR)
+            return
+        names["seconds"] = f"{number:g}"
+        args.append(number)
+    try:
+        changed = getattr(Intent.objects, change.name)(*args)
+    except (TypeError, ValueError) as exc:
+        modeladmin.message_user(request, str(exc), messages.ERROR)
+        return
+    if not changed:
+        modeladmin.message_user(request, change.unchanged % names, messages.WARNING)
+        return
+    key = target_key(kind, target)
+    _log(
+        request,
+        [TargetState(key=key, kind=kind, target=target, state=change.to)],
+        change.log % names,
+    )
+    modeladmin.message_user(request, change.done % names, messages.SUCCESS)
 
 
 @admin.action(

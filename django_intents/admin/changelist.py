@@ -14,7 +14,7 @@ what the page shows, not what the table holds.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin
 from django.contrib.admin.views.main import ChangeList
@@ -23,6 +23,7 @@ from django.db import connections, router
 from django.db.models import Q, QuerySet
 from django.http import HttpRequest
 from django.utils.functional import cached_property
+from django.utils.text import Truncator
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
@@ -37,6 +38,12 @@ from django_intents.store.admin import kinds as kinds_in_table
 EXACT = 1_000
 # Pages that skip at least this many rows find their ids first (CountingPaginator.page).
 DEFERRED_FROM = 1_000
+TARGET_CHOICE = 40  # characters of the chosen target in the filter
+
+if TYPE_CHECKING:
+    _Paginator = Paginator[Intent]
+else:  # Django's Paginator takes no type argument at run time
+    _Paginator = Paginator
 
 
 def present_kinds(using: str | None = None) -> list[str]:
@@ -78,7 +85,7 @@ def _counted(queryset: QuerySet[Any], kinds: list[str] | None) -> int:
     return queryset.filter(kind__in=kinds).order_by()[: EXACT + 1].count()
 
 
-class CountingPaginator(Paginator):
+class CountingPaginator(_Paginator):
     """Django's paginator, with ``bounded_count`` (``exact`` says which count it shows),
     and deep pages found by their ids first.
 
@@ -91,16 +98,18 @@ class CountingPaginator(Paginator):
 
     @cached_property
     def count(self) -> int:
+        if not isinstance(self.object_list, QuerySet):  # a list: nothing to bound
+            return len(self.object_list)
         count, self.exact = bounded_count(self.object_list)
         return count
 
-    def page(self, number: Any) -> Page:
+    def page(self, number: Any) -> Page[Intent]:
         number = self.validate_number(number)
         bottom = (number - 1) * self.per_page
         if bottom < DEFERRED_FROM or not isinstance(self.object_list, QuerySet):
             return super().page(number)
         ids = self.object_list.values_list("pk", flat=True)[bottom : bottom + self.per_page]
-        return self._get_page(self.object_list.filter(pk__in=list(ids)), number, self)
+        return Page(self.object_list.filter(pk__in=list(ids)), number, self)
 
 
 class _Filter(admin.SimpleListFilter):
@@ -148,6 +157,21 @@ class LastErrorFilter(_Filter):
 
     def where(self, value: str) -> Q:
         return self.selects.get(value, Q())  # any other value selects every row
+
+
+class TargetFilter(_Filter):
+    """By target (``?target=``), as the Targets page links to it: shown only once chosen,
+    since the targets are too many to offer (and no index lists them)."""
+
+    title = gettext_lazy("target")
+    parameter_name = "target"
+
+    def options(self) -> list[tuple[str, str]]:
+        value = self.value()
+        return [(value, Truncator(value).chars(TARGET_CHOICE))] if value else []
+
+    def where(self, value: str) -> Q:
+        return Q(target=value)
 
 
 def search(queryset: QuerySet[Intent], text: str) -> QuerySet[Intent]:

@@ -3,7 +3,8 @@
 Per kind, the last hour (per minute) and the last day (per quarter hour) of
 completions, failures, snoozes and cancellations, and the queue's depth, as
 charts; the slowest kinds; the oldest due and the longest-running intents;
-the paused kinds. The charts come from the ``Rollup`` table, which the pools
+the paused kinds; the targets that are not plainly healthy (the first rows of
+the Targets page, ``targets.py``). The charts come from the ``Rollup`` table, which the pools
 write (``observability/rollup.py``): one query of at most a day of minutes
 per kind, whatever the intents table holds. The lists of intents are each
 one bounded query along an index (the claim index, the lease index), so the
@@ -40,6 +41,8 @@ from django.utils.text import Truncator
 from django.utils.translation import gettext as _
 
 from django_intents.admin.humanize import relative, short_duration
+from django_intents.admin.targets import listing as target_listing
+from django_intents.admin.targets import per_state as targets_per_state
 from django_intents.models import Intent, PausedKind, Rollup
 from django_intents.observability.rollup import FLUSH_INTERVAL, MINUTE, minute_of
 from django_intents.rules.states import State
@@ -389,6 +392,9 @@ def dashboard_view(modeladmin: admin.ModelAdmin[Intent], request: HttpRequest) -
         "oldest_due": oldest_due(now, using),
         "longest_running": longest_running(now, using),
         "paused": [(pause.kind, relative(pause.paused_at, now)) for pause in pauses],
+        # The Targets page's first rows, and how many targets are in each state.
+        "targets": target_listing(modeladmin, now, using, LISTED),
+        "targets_per_state": sorted(targets_per_state(using).items()),
         "flush_interval": int(FLUSH_INTERVAL),
         "outcomes": OUTCOMES,
     }

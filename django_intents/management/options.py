@@ -10,10 +10,12 @@ from __future__ import annotations
 import argparse
 import math
 from collections.abc import Callable
+from datetime import datetime
 from typing import TypeVar
 
 from django.core.management.base import CommandError
 from django.db import connections, router
+from django.utils import timezone
 
 from django_intents.models import Intent
 from django_intents.rules.identity import check_text
@@ -77,6 +79,30 @@ def kind_list(value: str) -> list[str]:
         return [check_text("kind", kind) for kind in kinds]
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def text_of(name: str) -> Callable[[str], str]:
+    """The ``type=`` of an option that is a kind or a target, checked as enqueue checks it."""
+
+    def check(value: str) -> str:
+        try:
+            return check_text(name, value)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return check
+
+
+def instant(value: str) -> datetime:
+    """An ISO 8601 date or time; one without an offset is in the current time zone
+    (``TIME_ZONE``), as Django reads a naive time from a form."""
+    try:
+        parsed = datetime.fromisoformat(value.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not an ISO 8601 date or time (e.g. 2026-12-05T10:00:00+00:00)"
+        ) from None
+    return timezone.make_aware(parsed) if timezone.is_naive(parsed) else parsed
 
 
 def port(value: str) -> int:

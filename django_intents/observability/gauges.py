@@ -4,7 +4,10 @@
 ``django_intents_oldest_running_seconds``, ``django_intents_limited`` and
 ``django_intents_paused`` describe the table, not the process: they come from
 one read of the backlog, cached for ``INTENTS["GAUGE_CACHE"]`` seconds, so
-enqueue, claim and complete never pay for a ``COUNT``. Their ``kind`` label is
+enqueue, claim and complete never pay for a ``COUNT``. ``django_intents_targets``
+(how many targets are held, open, half-open or failing, per kind; never a
+label per target) is one more grouped query of the small ``TargetState``
+table, read and cached with the backlog. Their ``kind`` label is
 bounded as every other metric's is (``metrics.py``): kinds outside
 ``handlers.metric_kinds()`` are ``other``.
 
@@ -37,9 +40,11 @@ from django_intents.models import Intent
 from django_intents.observability import log as logger
 from django_intents.observability.backlog import Backlog, KindBacklog, read_backlog
 from django_intents.observability.estimate import estimate_backlog
+from django_intents.rules.targets import TargetHealth
 from django_intents.store import backend_for
 from django_intents.store.admin import kinds as present_kinds
 from django_intents.store.clock import server_now
+from django_intents.store.targetrows import count_target_rows
 
 OTHER = "other"
 PENDING = "django_intents_pending"
@@ -47,6 +52,8 @@ OLDEST_DUE_AGE = "django_intents_oldest_due_age_seconds"
 OLDEST_RUNNING = "django_intents_oldest_running_seconds"
 LIMITED = "django_intents_limited"
 PAUSED = "django_intents_paused"
+TARGETS = "django_intents_targets"
+TARGET_STATES = tuple(TargetHealth)
 # Pending or running intents the gauges count exactly; past this, estimates.
 EXACT_UP_TO = 10_000
 GAUGES = (
@@ -87,6 +94,7 @@ class QueueCollector(Collector):
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._rows: list[KindBacklog] = []
+        self._targets: dict[tuple[str, str], int] = {}  # (kind, state): targets
         self._exact = True  # False: the rows are estimates (``estimate_backlog``)
         self._estimating = False  # the last read found more than EXACT_UP_TO
         self._read_at: float | None = None
@@ -107,12 +115,17 @@ class QueueCollector(Collector):
         yield from self._families()
 
     def _families(self) -> list[GaugeMetricFamily]:
-        return [GaugeMetricFamily(name, text, labels=["kind"]) for name, text in GAUGES]
+        families = [GaugeMetricFamily(name, text, labels=["kind"]) for name, text in GAUGES]
+        text = (
+            "Targets of the kind per state: held (by hand or by Retry(hold_target=True)), "
+            "open or half_open (circuit breaker), closed (counting consecutive failures)."
+        )
+        return [*families, GaugeMetricFamily(TARGETS, text, labels=["kind", "state"])]
 
     def collect(self) -> Iterator[Metric]:
-        families = pending, oldest, running, limited, paused = self._families()
+        families = pending, oldest, running, limited, paused, targets = self._families()
         try:
-            rows, exact = self._cached_rows()
+            rows, exact, target_counts = self._cached_rows()
         except DatabaseError:
             # One failing gauge must not take the counters down with it: the
             # scrape still answers, and the gauges are absent until the next one.
@@ -144,19 +157,27 @@ class QueueCollector(Collector):
             if exact:
                 limited.add_metric([label], held[label])
             paused.add_metric([label], stopped[label])
+        per_state: dict[tuple[str, str], int] = {
+            (label, state.value): 0 for label in labels for state in TARGET_STATES
+        }
+        for (kind, state), count in target_counts.items():
+            per_state[kind if kind in kinds else OTHER, state] += count
+        for (label, state), count in per_state.items():
+            targets.add_metric([label, state], count)
         yield from families
 
-    def _cached_rows(self) -> tuple[list[KindBacklog], bool]:
-        """The backlog's rows per kind, and whether they are exact."""
+    def _cached_rows(self) -> tuple[list[KindBacklog], bool, dict[tuple[str, str], int]]:
+        """The backlog's rows per kind, whether they are exact, and the targets per state."""
         # Concurrent scrapes wait for the one that is reading instead of all querying.
         with self._lock:
             ttl = get_settings().gauge_cache
             fresh = self._read_at is not None and time.monotonic() - self._read_at < ttl
             if not fresh:
                 backlog = self._read()
+                self._targets = count_target_rows(self._using or router.db_for_read(Intent))
                 self._rows, self._exact = backlog.kinds, backlog.exact
                 self._read_at = time.monotonic()
-            return self._rows, self._exact
+            return self._rows, self._exact, self._targets
 
     def _read(self) -> Backlog:
         """Exact while the last read found at most ``EXACT_UP_TO`` active intents, else

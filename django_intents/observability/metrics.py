@@ -45,11 +45,20 @@ from django_intents.handlers import metric_kinds
 from django_intents.observability import log as logger
 from django_intents.observability.gauges import OTHER, QUEUE, registered
 from django_intents.rules.states import State
-from django_intents.signals import Outcome, attempt_finished, intents_rescued, intents_transitioned
+from django_intents.rules.targets import TargetHealth
+from django_intents.signals import (
+    Outcome,
+    attempt_finished,
+    intents_rescued,
+    intents_transitioned,
+    target_state_changed,
+)
 
 # The values of the ``to`` and ``outcome`` labels, as plain strings.
 STATES = tuple(State.values)
 OUTCOMES = tuple(outcome.value for outcome in Outcome)
+# Where a circuit breaker moves: the ``to`` label of the breaker's counter.
+BREAKER_STATES = (TargetHealth.OPEN, TargetHealth.HALF_OPEN, TargetHealth.CLOSED)
 DEFAULT_ADDR = "127.0.0.1"
 
 # Handlers range from a few milliseconds (a push) to the whole lease (a slow webhook).
@@ -102,6 +111,14 @@ RESCUE_DELAY = _define(
     buckets=RESCUE_BUCKETS,
 )
 
+BREAKER_TRANSITIONS = _define(
+    Counter,
+    "django_intents_breaker_transitions_total",
+    "Circuit breaker moves made by this process, per kind and new state "
+    "(open, half_open, closed from open or half_open).",
+    ("kind", "to"),
+)
+
 
 def kind_label(kind: str) -> str:
     """The ``kind`` label for ``kind``: its name if :func:`metric_kinds` has it, else ``other``."""
@@ -149,6 +166,17 @@ def _on_attempt_finished(
     _duration(kind, outcome).observe(duration)
 
 
+def _on_target_state_changed(
+    sender: Any, *, kind: str, state: str, previous: str, **kwargs: Any
+) -> None:
+    """Count a breaker's moves; a hold, or a closing that was no breaker's, is none."""
+    if state == previous:
+        return
+    breaker = (TargetHealth.OPEN, TargetHealth.HALF_OPEN)
+    if state in breaker or (state == TargetHealth.CLOSED and previous in breaker):
+        BREAKER_TRANSITIONS.labels(kind=kind_label(kind), to=str(state)).inc()
+
+
 def connect() -> None:
     """Connect the receivers and pre-create the series of the configured kinds.
 
@@ -158,6 +186,9 @@ def connect() -> None:
     intents_transitioned.connect(_on_transitioned, dispatch_uid="django_intents.metrics.moved")
     intents_rescued.connect(_on_rescued, dispatch_uid="django_intents.metrics.rescued")
     attempt_finished.connect(_on_attempt_finished, dispatch_uid="django_intents.metrics.attempt")
+    target_state_changed.connect(
+        _on_target_state_changed, dispatch_uid="django_intents.metrics.breaker"
+    )
     try:
         # Imports the apps' handlers modules (as admin.autodiscover does in ready()).
         kinds = metric_kinds()
@@ -179,6 +210,8 @@ def precreate(kinds: Iterable[str]) -> None:
             HANDLER_DURATION.labels(kind=kind, outcome=outcome)
         RESCUED.labels(kind=kind)
         RESCUE_DELAY.labels(kind=kind)
+        for state in BREAKER_STATES:
+            BREAKER_TRANSITIONS.labels(kind=kind, to=state.value)
 
 
 # -- exposition --------------------------------------------------------------------

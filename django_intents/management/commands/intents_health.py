@@ -7,6 +7,9 @@ worker alike: how long has the oldest due intent been waiting? And one that no
 pool can answer by working harder: are intents due of a kind that no handler
 in this project runs (and that ``INTENTS["EXTERNAL_KINDS"]`` does not list)?
 The due intents of a paused kind wait on purpose: they are named, not stuck.
+So do those of a target that is held, open or half-open (SPEC §14): the
+targets are listed, and the oldest due intent is looked for among the other
+targets of the kind (one more query, only for a kind that would fail).
 
 With ``--max-running``, a third: has an attempt been running longer than that?
 A hung handler's pool renews its lease for ever, so the due age never sees it.
@@ -19,20 +22,25 @@ from __future__ import annotations
 
 import argparse
 from collections import Counter
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
+from django.db.models import Min
+from django.utils.text import Truncator
 
 from django_intents.handlers import unhandled
 from django_intents.management.options import add_database, age_seconds, chosen_database
 from django_intents.management.schema import require_table
 from django_intents.models import Intent
 from django_intents.observability.backlog import Backlog, read_backlog
+from django_intents.rules import states
 from django_intents.rules.states import State
+from django_intents.rules.targets import TargetRow
 from django_intents.store.clock import server_now
 
-NAMED = 10  # intents a failing --max-running names; the rest are counted
+NAMED = 10  # intents a failing --max-running names, targets listed; the rest are counted
+TARGET_SHOWN = 80  # characters of a listed target
 
 
 class Command(BaseCommand):
@@ -79,12 +87,30 @@ class Command(BaseCommand):
             named = ", ".join(f"{k.kind!r} ({k.due} due)" for k in paused)
             self.stdout.write(f"paused: {named}; not counted as stuck")
         self.check_handled(backlog)
+        waiting = [row for row in Intent.objects.db_manager(using).targets(now=now) if row.blocking]
+        blocked: dict[str, list[str]] = {}
+        for row in waiting:
+            blocked.setdefault(row.kind, []).append(row.target)
+        for row in waiting[:NAMED]:
+            self.list_target(row)
+        if waiting:
+            more = f" ({len(waiting) - NAMED} more not listed)" if len(waiting) > NAMED else ""
+            self.stdout.write(
+                f"{len(waiting)} target(s) held, open or half-open{more}: "
+                "their intents wait on purpose, not counted as stuck"
+            )
         pending = backlog.states[State.PENDING]
         waits = {
             k.kind: now - k.oldest_due
             for k in backlog.kinds
             if k.oldest_due is not None and not k.paused
         }
+        for kind in [k for k in waits if k in blocked and waits[k].total_seconds() > max_age]:
+            since = self.oldest_unblocked(kind, blocked[kind], now, using)
+            if since is None:
+                del waits[kind]
+            else:
+                waits[kind] = now - since
         if not waits:
             self.stdout.write(f"ok: nothing is due ({pending} pending, max age {max_age:g}s)")
             return
@@ -101,6 +127,21 @@ class Command(BaseCommand):
                 returncode=1,
             )
         self.stdout.write(f"ok: {summary} (max age {max_age:g}s)")
+
+    def list_target(self, row: TargetRow) -> None:
+        until = "" if row.until is None else f" until {row.until.isoformat()}"
+        target = Truncator(row.target).chars(TARGET_SHOWN)
+        self.stdout.write(f"target {row.kind!r} -> {target!r}: {row.state}{until}")
+
+    def oldest_unblocked(
+        self, kind: str, targets: list[str], now: datetime, using: str
+    ) -> datetime | None:
+        """When the longest-waiting due intent of ``kind`` outside ``targets`` became due."""
+        due = Intent.objects.using(using).filter(states.due(now), kind=kind)
+        found: datetime | None = due.exclude(target__in=targets).aggregate(
+            since=Min(states.due_since())
+        )["since"]
+        return found
 
     def check_handled(self, backlog: Backlog) -> None:
         orphans = unhandled({kind.kind: kind.due for kind in backlog.kinds})
