@@ -1,9 +1,11 @@
-"""The dashboard in a real browser: a day of rollup rows, drawn at a laptop's width.
+"""The dashboard and the Targets page in a real browser, drawn at a laptop's width.
 
 Chromium opens the page at 1280 px as a superuser, checks that every kind has
 its four charts and that the page does not scroll sideways, and takes a
 screenshot; with ``INTENTS_UPDATE_SCREENSHOT=1`` the screenshot replaces
-``docs/img/dashboard.png``. Without Playwright or Chromium the test skips (fails
+``docs/img/dashboard.png``. The Targets page is listed, a target held and
+another closed through its buttons; its screenshot is
+``docs/img/admin-targets-1280.png``. Without Playwright or Chromium the test skips (fails
 under ``CI``), as ``test_browser.py`` does.
 """
 
@@ -18,8 +20,9 @@ from typing import Any
 
 import pytest
 
-from django_intents.models import Intent, Rollup
+from django_intents.models import Intent, Rollup, TargetState
 from django_intents.observability.rollup import minute_of
+from django_intents.rules.targets import target_key
 from django_intents.store.clock import server_now
 
 from .conftest import external_kinds
@@ -158,3 +161,98 @@ def test_the_dashboard_in_a_real_browser(
     if os.environ.get("INTENTS_UPDATE_SCREENSHOT"):
         SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(shot, SCREENSHOT)
+
+
+def unhealthy_targets() -> None:
+    """A partner down (its breaker open), one probing, one held by a 429, one failing."""
+    now = server_now()
+    rows = [
+        (
+            "webhook",
+            "https://partner.example/hooks/orders",
+            "open",
+            5,
+            240,
+            "HTTP 503 Service Unavailable",
+        ),
+        (
+            "webhook",
+            "https://crm.example/api/v2/contacts/sync?tenant=acme-industries-europe",
+            "half_open",
+            5,
+            None,
+            "ConnectTimeout: 10 s",
+        ),
+        (
+            "push",
+            "apns:device-7f3a",
+            "held",
+            0,
+            900,
+            "HTTP 429 Too Many Requests (Retry-After: 900)",
+        ),
+        ("replication", "db-eu-2", "closed", 2, None, "deadlock detected"),
+    ]
+    for kind, target, state, failures, seconds, error in rows:
+        TargetState.objects.create(
+            key=target_key(kind, target),
+            kind=kind,
+            target=target,
+            state=state,
+            failures=failures,
+            until=None if seconds is None else now + timedelta(seconds=seconds),
+            last_error=error,
+            updated_at=now,
+        )
+    for i in range(14):
+        Intent.objects.enqueue("webhook", f"order-{i}", "https://partner.example/hooks/orders")
+    Intent.objects.enqueue("push", "badge-1", "apns:device-7f3a")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_targets_page_in_a_real_browser(
+    live_server: Any, django_user_model: Any, tmp_path: Path
+) -> None:
+    sync_playwright, chromium = browser_tools()
+    django_user_model.objects.create_superuser(USERNAME, "operator@example.com", PASSWORD)
+    with external_kinds(*KINDS):
+        unhealthy_targets()
+    targets = f"{live_server.url}/admin/django_intents/intent/targets/"
+    shot = tmp_path / "admin-targets-1280.png"
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 800})
+            page.goto(f"{live_server.url}/admin/login/?next=/admin/django_intents/intent/targets/")
+            page.fill("#id_username", USERNAME)
+            page.fill("#id_password", PASSWORD)
+            page.click("input[type=submit]")
+            page.wait_for_url(targets)
+            assert page.locator("tr[data-target]").count() == 4
+            orders = page.locator('tr[data-target="https://partner.example/hooks/orders"]')
+            assert orders.locator("[data-pending]").inner_text() == "14"
+            page.screenshot(path=str(shot), full_page=True)
+            width = page.evaluate("document.documentElement.scrollWidth")
+            assert width <= 1280, f"the page scrolls sideways: {width} px wide"
+            # Hold the failing replica for ten minutes, as an operator would.
+            replica = page.locator('tr[data-target="db-eu-2"]')
+            replica.locator('input[name="seconds"]').fill("600")
+            replica.locator('button[name="hold"]').click()
+            page.wait_for_url(targets)
+            message = page.locator(".messagelist .success").inner_text()
+            assert "Held target “db-eu-2” of kind “replication” for 600 s" in message
+            state = page.locator('tr[data-target="db-eu-2"] [data-state]').inner_text()
+            assert state == "held"
+            # Close the partner's breaker now.
+            orders.locator('button[name="close"]').click()
+            page.wait_for_url(targets)
+            assert page.locator("tr[data-target]").count() == 3
+        finally:
+            browser.close()
+
+    assert TargetState.objects.get(target="db-eu-2").state == "held"
+    assert not TargetState.objects.filter(target="https://partner.example/hooks/orders").exists()
+    assert shot.read_bytes().startswith(b"\x89PNG")
+    if os.environ.get("INTENTS_UPDATE_SCREENSHOT"):
+        shutil.copyfile(shot, SCREENSHOT.parent / "admin-targets-1280.png")
