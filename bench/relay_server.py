@@ -53,6 +53,23 @@ class Target:
     last: float | None = None
     busy: float = 0.0  # seconds of requests in flight, summed: its mean concurrency over time
 
+    def admit(self, now: float, limit: int = LIMIT) -> bool:
+        """Whether a request at ``now`` fits the one-second sliding window; counts a 429."""
+        window = self.let_through
+        while window and window[0] <= now - 1.0:
+            window.popleft()
+        if len(window) >= limit:
+            self.too_many += 1
+            return False
+        window.append(now)
+        return True
+
+    def record(self, key: str, at: str | None, done: float) -> None:
+        """A 200 sent at ``done`` for ``key``: its first one keeps its enqueue-to-200 delay."""
+        if key not in self.delivered:
+            self.delivered[key] = done - float(at or done)
+        self.last = done
+
     def counts(self) -> dict[str, Any]:
         return {
             "behaviour": self.behaviour,
@@ -91,20 +108,10 @@ def make_app(dead: int, limited: int) -> web.Application:
                 # (handler_cancellation below): the hold ends with the client's timeout.
                 await asyncio.sleep(HANG)
                 return web.Response(status=504)
-            if target.behaviour == "limited":
-                window = target.let_through
-                while window and window[0] <= now - 1.0:
-                    window.popleft()
-                if len(window) >= LIMIT:
-                    target.too_many += 1
-                    return web.Response(status=429, headers={"Retry-After": "1"})
-                window.append(now)
+            if target.behaviour == "limited" and not target.admit(now):
+                return web.Response(status=429, headers={"Retry-After": "1"})
             await asyncio.sleep(DELAY)
-            done = time.time()
-            key = request.query.get("id", "")
-            if key not in target.delivered:
-                target.delivered[key] = done - float(request.query.get("at", done))
-            target.last = done
+            target.record(request.query.get("id", ""), request.query.get("at"), time.time())
             return web.Response(text="ok")
         finally:
             target.in_flight -= 1

@@ -1,4 +1,4 @@
-"""``bench/run.py --quick`` runs end to end and reports every figure.
+"""``bench/run.py --quick`` and ``bench/partners.py --quick`` run end to end and report every figure.
 
 Only the shape of the report is checked, never a speed: CI machines differ,
 and docs/benchmarks.md is where the figures of a real run are published.
@@ -83,3 +83,107 @@ def test_quick_benchmark_on_sqlite_reports_every_workload(tmp_path):
         assert row["n"] == report["meta"]["sizes"]["io"]
         assert row["wrong"] == 0 and row["left"] == 0, row
         assert positive(row["per_s"]) and positive(row["cpu_s"]) and positive(row["rss_mb"])
+
+
+@pytest.mark.skipif(
+    connection.vendor != "sqlite",
+    reason="the bench runs on SQLite whatever the suite's database: in the SQLite run",
+)
+def test_rate_claim_bench_times_every_case(tmp_path):
+    env = {**os.environ, "BENCH_WORK": str(tmp_path), "BENCH_DB": "sqlite"}
+    env.pop("DJANGO_SETTINGS_MODULE", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.rate_claim", "--targets", "20", "--claims", "3"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = [line.split("|")[1:-1] for line in done.stdout.splitlines() if line.startswith("| 20 ")]
+    assert [row[1].strip() for row in rows] == [
+        "unrated",
+        "rated, no starts",
+        "rated, 5 starts per target",
+        "rated, half spent",
+    ]
+    assert all(positive(float(row[2])) and float(row[3]) >= float(row[2]) for row in rows)
+
+
+def test_partners_healthy_scenario_delivers_every_intent_and_reports_its_rate(tmp_path):
+    """``bench/partners.py --scenario healthy --quick`` on the suite's database, end to end.
+
+    The other scenarios need SPEC §14's rate, held targets, breaker, order and
+    redrive; this one is the baseline they are measured against, so it must
+    run on every database as it is.
+    """
+    out = tmp_path / "partners.json"
+    suffix = os.environ.get("INTENTS_TEST_DB_SUFFIX", "")
+    env = {**os.environ, "BENCH_WORK": str(tmp_path / "work")}
+    env["BENCH_DB_PREFIX"] = f"partners_smoke{suffix}"  # never the bench's own database
+    env.pop("BENCH_CODE", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.partners", "--scenario", "healthy", "--quick"]
+        + ["--db", connection.vendor, "--json", str(out)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "| healthy | 16 healthy |" in done.stdout
+
+    report = json.loads(out.read_text())
+    assert report["meta"]["quick"] is True and report["meta"]["workers"] == 32
+    [run] = report["runs"]
+    assert report["baseline_per_s"] == run["healthy"]["per_s"]
+    assert run["partners"] == [] and not run["timed_out"] and run["exit"] == 0, run
+    healthy, n = run["healthy"], report["meta"]["sizes"]["healthy"]
+    # Every intent delivered once, as the partner counted them, and completed in its row.
+    assert healthy["delivered"] == healthy["n"] == n
+    assert run["states"] == {"bench.partner.healthy": {"completed": n}}
+    assert positive(healthy["per_s"]) and positive(healthy["seconds"])
+    assert positive(healthy["p50_s"]) and healthy["p99_s"] >= healthy["p50_s"]
+
+
+@pytest.mark.django_db
+@pytest.mark.skipif(
+    connection.vendor == "sqlite",
+    reason="the admin bench's --fast-fill is spelled for PostgreSQL and MariaDB (SQLite has no sha256)",
+)
+def test_the_admin_benchs_fast_fill_writes_the_rows_enqueue_many_would_in_its_mix():
+    """The 5,000,000-row figures come from this fill: its ids must be the ones
+    enqueue gives (a search by id prefix finds them, an enqueue is a no-op)."""
+    from datetime import UTC, datetime
+
+    from bench.admin_bench import SPAN, fast_fill
+    from django_intents.models import Intent
+
+    start = datetime(2026, 11, 1, tzinfo=UTC)
+    fast_fill(1000, start, ["webhook", "job", "push"])
+
+    states = {s: Intent.objects.filter(state=s).count() for s in Intent.State.values}
+    # Out of every hundred: 95 completed, 2 cancelled, 3 pending, of which the
+    # one at 98 is running among the newest 20,000 (all of these 1,000).
+    assert states == {"completed": 950, "cancelled": 20, "pending": 20, "running": 10}
+    assert Intent.objects.filter(state="pending", attempts=2).exclude(last_error="").count() == 10
+    assert not Intent.objects.filter(state="running", claim_until__isnull=True).exists()
+    # Every kind has its share of each state, as a queue's kinds do.
+    for state in Intent.State.values:
+        kinds = set(Intent.objects.filter(state=state).values_list("kind", flat=True))
+        assert kinds == {"webhook", "job", "push"}, state
+
+    first, last = Intent.objects.get(event_id="event-0"), Intent.objects.get(event_id="event-999")
+    assert (first.kind, first.target) == ("webhook", "https://partner-0.example/hook")
+    assert (last.kind, last.target) == ("webhook", "https://partner-49.example/hook")
+    assert first.created_at == start and start < last.created_at < start + SPAN
+    assert last.payload == {"n": 999}
+    # The same ids as enqueue_many's: enqueuing the same triples adds nothing.
+    triples = Intent.objects.filter(event_id__in=["event-0", "event-7", "event-999"])
+    again = Intent.objects.enqueue_many(
+        {"kind": i.kind, "event_id": i.event_id, "target": i.target} for i in triples
+    )
+    assert sorted(again) == sorted(triples.values_list("pk", flat=True))
+    assert Intent.objects.count() == 1000

@@ -4,7 +4,7 @@ from typing import Any
 
 from django_intents import Retry, handler
 
-from . import io_calls, probe, relay_calls
+from . import io_calls, partner_calls, probe, relay_calls
 
 
 @handler("bench.noop")
@@ -55,3 +55,40 @@ async def relay(intent: Any, attempt: Any) -> None:
         await relay_calls.deliver(intent.target, intent.event_id, intent.payload["at"])
     except relay_calls.Snooze as snooze:
         raise Retry(after=snooze.after, reason=snooze.reason) from None
+
+
+# -- partners workload (bench/partners.py): one kind per kind of partner -------------
+
+
+@handler("bench.partner.healthy")
+async def partner_healthy(intent: Any, attempt: Any) -> None:
+    await partner_calls.deliver(intent)
+
+
+@handler("bench.partner.rate")
+async def partner_rate(intent: Any, attempt: Any) -> None:
+    """The rate-limited partner with ``"rate"`` in LIMITS: a rare 429 snoozes this intent only."""
+    await partner_calls.deliver(intent)
+
+
+@handler("bench.partner.hold")
+async def partner_hold(intent: Any, attempt: Any) -> None:
+    """The rate-limited partner without a rate: a 429 holds its whole target."""
+    await partner_calls.deliver(intent, hold_target=True)
+
+
+@handler("bench.partner.down")
+async def partner_down(intent: Any, attempt: Any) -> None:
+    """The partner that is down, then up, behind a breaker."""
+    await partner_calls.deliver(intent)
+
+
+@handler("bench.partner.redrive")
+async def partner_redrive(intent: Any, attempt: Any) -> None:
+    """The same partner without a breaker: its intents run out of attempts, then are redriven."""
+    await partner_calls.deliver(intent)
+
+
+@handler("bench.partner.ordered")
+async def partner_ordered(intent: Any, attempt: Any) -> None:
+    await partner_calls.deliver(intent)
