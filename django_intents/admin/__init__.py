@@ -50,10 +50,10 @@ from django_intents.admin.changelist import (
     TargetFilter,
     search,
 )
-from django_intents.admin.dashboard import dashboard_url
+from django_intents.admin.dashboard import dashboard_view
 from django_intents.admin.humanize import pre_json, relative, timestamp
 from django_intents.admin.summary import SCHEDULE_COLUMNS, queue_summary
-from django_intents.admin.targets import targets_url
+from django_intents.admin.targets import targets_view
 from django_intents.maintenance.schedules import listing
 from django_intents.models import Intent
 from django_intents.rules.states import TERMINAL, State
@@ -320,8 +320,18 @@ class IntentAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         kinds = [
             self._post(f"kinds/{c.name}/", partial(self.kind_view, c), c.name) for c in KIND_CHANGES
         ]
-        pages = [dashboard_url(self), targets_url(self)]
+        pages = [
+            self._page("dashboard/", partial(dashboard_view, self), "dashboard"),
+            self._page("targets/", partial(targets_view, self), "targets"),
+        ]
         return buttons + kinds + pages + super().get_urls()
+
+    def _page(
+        self, route: str, view: Callable[[HttpRequest], HttpResponse], name: str
+    ) -> URLPattern:
+        """This admin's page ``name`` at ``route``, for its staff users (the dashboard, the
+        targets): named ``<app>_<model>_<name>`` like the model's own pages."""
+        return path(route, self.admin_site.admin_view(view), name=self._url_name(name))
 
     def _post(self, route: str, view: Callable[..., HttpResponse], name: str) -> URLPattern:
         """This admin's URL ``name`` at ``route``: a view for POSTs from the admin's users."""

@@ -21,10 +21,9 @@ reads) and in the table beside the chart. Everything shown is escaped
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from functools import partial
 from typing import TYPE_CHECKING
 
 from django.core.exceptions import PermissionDenied
@@ -33,7 +32,6 @@ from django.db.models import Max, Sum
 from django.db.models.functions import ExtractMinute, Floor, TruncHour
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
-from django.urls import URLPattern, path
 from django.utils import timezone
 from django.utils.html import escape, format_html
 from django.utils.safestring import SafeString, mark_safe
@@ -405,14 +403,3 @@ def _seconds(value: float) -> str:
     if value < 1:
         return _("%(n)d ms") % {"n": round(value * 1000)}
     return _("%(n).1f s") % {"n": value}
-
-
-def dashboard_url(modeladmin: admin.ModelAdmin[Intent]) -> URLPattern:
-    """The page's URL, for ``IntentAdmin.get_urls``: named ``<app>_<model>_dashboard``."""
-    opts = modeladmin.opts
-    view: Callable[[HttpRequest], HttpResponse] = partial(dashboard_view, modeladmin)
-    return path(
-        "dashboard/",
-        modeladmin.admin_site.admin_view(view),
-        name=f"{opts.app_label}_{opts.model_name}_dashboard",
-    )

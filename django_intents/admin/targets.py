@@ -16,10 +16,9 @@ token, answered by a redirect to the page (its message shown there).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from functools import partial
 from typing import TYPE_CHECKING
 from urllib.parse import urlencode
 
@@ -28,7 +27,7 @@ from django.db import router
 from django.db.models import Count
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
-from django.urls import URLPattern, path, reverse
+from django.urls import reverse
 from django.utils.text import Truncator
 from django.utils.translation import gettext as _
 
@@ -165,14 +164,3 @@ def targets_view(modeladmin: admin.ModelAdmin[Intent], request: HttpRequest) -> 
 def _url(modeladmin: admin.ModelAdmin[Intent], name: str) -> str:
     opts, site = modeladmin.opts, modeladmin.admin_site.name
     return reverse(f"{site}:{opts.app_label}_{opts.model_name}_{name}", current_app=site)
-
-
-def targets_url(modeladmin: admin.ModelAdmin[Intent]) -> URLPattern:
-    """The page's URL, for ``IntentAdmin.get_urls``: named ``<app>_<model>_targets``."""
-    opts = modeladmin.opts
-    view: Callable[[HttpRequest], HttpResponse] = partial(targets_view, modeladmin)
-    return path(
-        "targets/",
-        modeladmin.admin_site.admin_view(view),
-        name=f"{opts.app_label}_{opts.model_name}_targets",
-    )
