@@ -202,6 +202,7 @@ class IntentManager(models.Manager.from_queryset(IntentQuerySet)):  # type: igno
         since: datetime | None = None,
         complete: Iterable[tuple[str, str]] = (),
         memory: ClaimMemory | None = None,
+        paced: int | None = None,
     ) -> Claims[Intent]:
         """Claim up to ``limit`` due intents in claim order, in one transaction.
 
@@ -219,9 +220,16 @@ class IntentManager(models.Manager.from_queryset(IntentQuerySet)):  # type: igno
         under ``LIMITS`` are free for this claim, in its round trip on PostgreSQL.
         ``memory``: for a pool, what its claims remember between turns
         (``store.memory.ClaimMemory``); without it a claim has learned nothing.
+        ``paced``: at most this many intents of kinds with a ``rate`` (a pool
+        that queues other kinds' claims ahead takes a rated kind's only for
+        what starts at once: ``Demand.paced``).
         """
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise ValueError(f"limit must be a positive integer, not {limit!r}")
+        if paced is not None and (
+            isinstance(paced, bool) or not isinstance(paced, int) or paced < 0
+        ):
+            raise ValueError(f"paced must be a non-negative integer or None, not {paced!r}")
         pairs = validation.claims(complete, "complete", most=INSERT_BATCH)
         now = now_or(now, self._alias())
         until = later(now, validation.lease(lease, get_settings().lease), "lease")
@@ -236,6 +244,7 @@ class IntentManager(models.Manager.from_queryset(IntentQuerySet)):  # type: igno
             limits=applying(settings.limits, filters.kinds),
             rates=applying(rates_of(settings.targets), filters.kinds),
             ordered=tuple(ordered_kinds(settings.targets, filters.kinds)),
+            paced=paced,
         )
         backend = self._backend()
         if filters.max_attempts is not None and since is None:

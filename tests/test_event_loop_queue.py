@@ -298,3 +298,36 @@ def test_a_limited_async_kind_claimed_ahead_never_runs_beyond_its_per_target_cap
         assert job.join() == 0
     assert max(peaks.values()) <= 2 and max(table_peaks) <= 2, (peaks, table_peaks)
     assert {(row(id).state, row(id).attempts) for id in ids} == {(Intent.State.COMPLETED, 1)}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_rated_kind_beside_others_leaves_them_their_queue_and_takes_what_starts_now(
+    background,  # noqa: F811
+):
+    """The async group holds a rated kind and an unrated one: the unrated one is still
+    claimed ahead of the slots, the rated one never more per claim than ``paced``."""
+    asks: list[tuple[int, int | None, int]] = []
+    declared = [*intents().get("EXTERNAL_KINDS", ()), "aq.quick", "aq.paced"]
+    limits = {"aq.paced": {"rate": "4/1s"}}
+    with override_settings(INTENTS=intents(EXTERNAL_KINDS=declared, LIMITS=limits)):
+        job = pool({"aq.quick": quick, "aq.paced": quick}, concurrency=4, drain=True)
+        claim_many = job._manager.claim_many
+
+        def recording(limit: int, **kwargs: Any) -> Any:
+            got = claim_many(limit, **kwargs)
+            asks.append((limit, kwargs["paced"], sum(i.kind == "aq.paced" for i in got)))
+            return got
+
+        job._manager.claim_many = recording  # type: ignore[method-assign]
+        paced = enqueue_at("aq.paced", 8, seconds_ago=2)
+        free = enqueue_at("aq.quick", 300, seconds_ago=1)
+        assert background(job).join() == 0
+    assert max(limit for limit, _, _ in asks) > 4  # the unrated kind queued ahead
+    assert all(took <= cap for _, cap, took in asks if cap is not None), asks
+    assert all(cap is not None for _, cap, _ in asks)
+    rows = Intent.objects.filter(id__in=paced + free)
+    assert {(r.state, r.attempts) for r in rows} == {("completed", 1)}
+    # Eight starts of one target at 4 a second span a window (each completion trails
+    # its claim by a few milliseconds, not always the same few).
+    ends = sorted(r.updated_at for r in rows if r.kind == "aq.paced")
+    assert (ends[-1] - ends[0]).total_seconds() >= 0.9

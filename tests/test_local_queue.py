@@ -13,7 +13,7 @@ import pytest
 from django_intents.attempt import Attempt
 from django_intents.models import Intent
 from django_intents.worker import demand
-from django_intents.worker.demand import Demand
+from django_intents.worker.demand import Demand, claim_groups
 from django_intents.worker.execution import Claim
 from django_intents.worker.queues import LocalQueue
 
@@ -61,6 +61,22 @@ def test_a_group_with_a_rated_kind_claims_only_for_its_idle_threads_or_slots(awa
     assert unrated.capacity() > 8
 
 
+def test_a_mixed_group_queues_its_unrated_kinds_and_caps_its_rated_ones_per_claim():
+    """Rated kinds beside others: the others keep their queue; a claim takes of the
+    rated ones the slots free now, or one when none is, less those still waiting."""
+
+    async def deliver(intent: Any, attempt: Any) -> None:
+        pass
+
+    handlers = {"paced": deliver, "free": deliver, "alone": lambda i, a: None}
+    threads, loop = claim_groups(handlers, 2, 8, 30.0, (), rated={"paced", "alone"})
+    assert (loop.kinds, loop.paced, loop.demand._rated) == (["free", "paced"], {"paced"}, False)
+    assert (threads.kinds, threads.paced, threads.demand._rated) == (["alone"], set(), True)
+    slots = loop.demand
+    assert [slots.paced(busy, 0) for busy in (0, 5, 8, 12)] == [8, 3, 1, 1]
+    assert [slots.paced(busy, 1) for busy in (5, 8, 12)] == [2, 0, 0]
+
+
 def test_the_local_queue_is_bounded_by_queue_max_and_by_a_tenth_of_the_lease():
     clock = Clock()
     fast = Demand(8, clock=clock)
@@ -87,9 +103,9 @@ def test_threads_that_stopped_returning_get_no_local_queue():
     assert queue.capacity() == 16  # one running and one queued per thread, as slow pools
 
 
-def claim(priority: int, name: str) -> Claim:
+def claim(priority: int, name: str, *, paced: bool = False) -> Claim:
     intent = Intent(id=name, kind="k", event_id=name, target="t", priority=priority)
-    return Claim(intent=intent, attempt=Attempt(intent), handler=lambda i, a: None)
+    return Claim(intent=intent, attempt=Attempt(intent), handler=lambda i, a: None, paced=paced)
 
 
 def names(claims: list[Claim]) -> list[str]:
@@ -110,6 +126,16 @@ def test_the_local_queue_keeps_claim_order_among_equal_priorities():
     jobs.put_claims([claim(5, "c"), claim(5, "d")])
     assert names(jobs.take(2)) == ["a", "c"]
     assert names(jobs.take(10)) == ["d", "b"]
+
+
+def test_a_paced_claim_waits_ahead_of_every_other_whatever_its_priority():
+    jobs = LocalQueue()
+    jobs.put_claims([claim(50, "urgent"), claim(0, "a")])
+    jobs.put_claims([claim(0, "b"), claim(0, "rated", paced=True), claim(0, "c")])
+    jobs.put_claims([claim(0, "later", paced=True)])
+    assert names(jobs.take(10)) == ["rated", "later", "urgent", "a", "b", "c"]
+    jobs.put_claims([claim(0, "d"), claim(0, "first", paced=True)])  # into an empty queue
+    assert names(jobs.take(10)) == ["first", "d"]
 
 
 @pytest.fixture(autouse=True)

@@ -151,6 +151,28 @@ def test_kinds_without_a_rate_claimed_alongside_are_not_held_back():
     assert TargetStart.objects.filter(kind=FREE).count() == 0
 
 
+def test_paced_caps_the_rated_intents_of_one_claim_and_not_the_others():
+    hooks = enqueue(["a", "b", "c"])
+    free = enqueue(["a", "a"], kind=FREE, start=10)
+    with rated("5/10s"):
+        assert claim(10, 60, paced=1) == [hooks[0], *free]
+        held = Intent.objects.claim_many(10, now=at(61), paced=0)
+        # Left out of the scan, not passed over: the pool's floor stays below them.
+        assert (list(held), held.held_back) == ([], True)
+        assert untouched(hooks[1:])
+        assert claim(10, 62, paced=5) == hooks[1:]
+    assert TargetStart.objects.filter(kind=HOOK).count() == 3
+
+
+@pytest.mark.parametrize("paced", [-1, 1.5, True, "2"])
+def test_claim_many_refuses_a_paced_that_is_not_a_count_and_claims_nothing(paced):
+    hooks = enqueue(["a"])
+    with rated(), pytest.raises(ValueError, match="paced must be a non-negative integer"):
+        Intent.objects.claim_many(1, now=at(60), paced=paced)
+    assert untouched(hooks)
+    assert TargetStart.objects.count() == 0
+
+
 def test_a_paused_rated_kind_is_not_claimed_and_uses_no_start():
     ids = enqueue(["a", "a"])
     with rated("2/10s"):

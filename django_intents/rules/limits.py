@@ -190,6 +190,10 @@ class Admission:
     to the count it is a ``per_target`` of 1, whatever its ``LIMITS`` say,
     so a target whose head runs is full and left out of the scan. Whether a
     due intent is its target's head is asked of the database (``store/limited.py``).
+    ``paced``, when given, is how many intents of rated kinds this claim may
+    take at most, whatever their windows leave: a pool whose claims queue
+    other kinds' intents ahead takes a rated kind's only for what starts at
+    once (``Demand.paced``), since its claim is the start its rate counts.
     """
 
     def __init__(
@@ -201,6 +205,7 @@ class Admission:
         rates: Rates | None = None,
         started: Mapping[tuple[str, str], Started] | None = None,
         now: datetime | None = None,
+        paced: int | None = None,
     ) -> None:
         self._ordered = frozenset(ordered)
         self._limits = dict(limits)
@@ -217,6 +222,7 @@ class Admission:
         if self._rates and now is None:
             raise ValueError("an admission under rates needs the claim's now")
         self._now = now
+        self._paced = paced
         self.refused = 0
         for (kind, _), count in running.items():
             self._kinds[kind] += count
@@ -232,6 +238,8 @@ class Admission:
             for kind, limit in self._limits.items()
             if limit.running is not None and self._kinds[kind] >= limit.running
         ]
+        if self._paced is not None and self._paced <= 0:
+            kinds += sorted(kind for kind in self._rates if kind not in kinds)
         pairs = [
             (kind, target)
             for (kind, target), count in self._pairs.items()
@@ -273,6 +281,10 @@ class Admission:
                 return False
         if rate is not None and not rate.left(self._started[kind, target]):
             return False
+        if rate is not None and self._paced is not None:
+            if self._paced <= 0:
+                return False
+            self._paced -= 1
         if limit is not None:
             self._kinds[kind] += 1
             self._pairs[kind, target] += 1

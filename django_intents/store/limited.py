@@ -118,6 +118,7 @@ def claim(
             rates=filters.rates,
             started=recent_starts(table, cursor, now, filters.rates),
             now=now,
+            paced=filters.paced,
         )
         full_kinds, full_targets = admission.full()
         if filters.kinds is not None and set(filters.kinds) <= set(full_kinds):

@@ -87,6 +87,22 @@ class Demand:
             -math.inf
         )  # the last turn that found no more than a claim per thread queued
 
+    @property
+    def slots(self) -> int:
+        """The threads, or the event loop's slots."""
+        return self._workers
+
+    def paced(self, busy: int, waiting: int) -> int:
+        """How many intents of its rated kinds a claim of a mixed group may take.
+
+        A rated kind's claim is the start its rate counts, so what it takes
+        must start at once, not wait behind the queue and start bunched with
+        the next window's: the slots free now, or one when none is (it goes to
+        the front of the queue, ``queues.rank``, and starts as the next slot
+        frees), less those of its claims still waiting for a slot.
+        """
+        return max(max(self._workers - busy, 1) - waiting, 0)
+
     def learn(self, duration: float) -> None:
         last = self._handler_time
         self._handler_time = duration if last is None else 0.8 * last + 0.2 * duration
@@ -138,9 +154,10 @@ class Demand:
         threads that is most of a turn, every time. Quick handlers get the
         local queue (at least one claim ahead per thread); others queue what
         their threads free within a turn, never more than a thread each.
-        A group with a rated kind claims only for its idle threads or slots:
+        A group of rated kinds alone claims only for its idle threads or slots:
         a claim is the start the rate counts, so what it takes must start now,
-        not wait in a queue and start later, bunched with the next window's.
+        not wait in a queue and start later, bunched with the next window's
+        (rated kinds beside others: ``paced``).
         """
         if self._rated:
             return self._workers
@@ -192,6 +209,9 @@ class ClaimGroup:
     demand: Demand
     floor: ClaimFloor = field(default_factory=ClaimFloor)
     limited: bool = False  # one of its kinds has LIMITS: its claims complete results first
+    # Its kinds with a rate, when it has others too: the claims queue those
+    # ahead and take the rated ones only for what starts at once (``Demand``).
+    paced: frozenset[str] = frozenset()
     # When a target of its rated kinds may start again (``Claims.next_start``),
     # on the monotonic clock: the pool wakes then to claim it.
     reopens: float = math.inf
@@ -221,7 +241,12 @@ def claim_groups(
         group = [kind for kind in sorted(handlers) if (kind in awaited) is a]
         bound = any(kind in limited for kind in group)
         size = concurrency if a else workers
-        paced = any(kind in rated for kind in group)
-        demand = Demand(size, lease=lease, awaited=a, ahead=not a or not bound, rated=paced)
-        groups.append(ClaimGroup(group, a, demand, limited=bound))
+        paced = frozenset(kind for kind in group if kind in rated)
+        # Only rated kinds: every claim is what starts now. Rated kinds among
+        # others: the others keep their queue, the rated ones are capped per claim.
+        alone = bool(paced) and len(paced) == len(group)
+        demand = Demand(size, lease=lease, awaited=a, ahead=not a or not bound, rated=alone)
+        groups.append(
+            ClaimGroup(group, a, demand, limited=bound, paced=frozenset() if alone else paced)
+        )
     return groups

@@ -35,7 +35,7 @@ from typing import Any, cast
 
 from django_intents.tracing import processing
 from django_intents.worker.execution import Claim, Finished
-from django_intents.worker.queues import by_priority, outranks
+from django_intents.worker.queues import LOWEST, by_priority, in_rank, outranks, rank
 
 
 class EventLoop:
@@ -52,7 +52,7 @@ class EventLoop:
         # Claims waiting for a slot, highest priority first: the pool's loop
         # puts and takes, this loop's thread starts them; both under the lock.
         self._waiting: deque[Claim] = deque()
-        self._last = 0  # the priority of the claim queued last, the lowest waiting
+        self._last = LOWEST  # the rank of the claim queued last, the lowest waiting
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="intents-async", daemon=True)
 
@@ -64,12 +64,13 @@ class EventLoop:
         one wake-up for all."""
         if not claims:
             return
+        claims = in_rank(claims)
         with self._lock:
             if self._waiting and outranks(claims, self._last):
                 self._waiting = deque(by_priority([*self._waiting, *claims]))
             else:
                 self._waiting.extend(claims)
-            self._last = self._waiting[-1].intent.priority
+            self._last = rank(self._waiting[-1])
         self._loop.call_soon_threadsafe(self._fill)
 
     def qsize(self) -> int:

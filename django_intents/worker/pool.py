@@ -326,6 +326,10 @@ class WorkerPool:
             if not due:
                 floor.seen(since, now, None)
                 return self._drained_below(since)
+        paced = None
+        if group.paced:
+            waiting = sum(1 for c in self._leases.claims() if c.paced and c.started is None)
+            paced = group.demand.paced(self._leases.busy(group.awaited), waiting)
         intents, completed = self._recorder.claiming(
             lambda done: self._manager.claim_many(
                 free,
@@ -335,6 +339,7 @@ class WorkerPool:
                 since=since,
                 complete=done,
                 memory=self._memory,
+                paced=paced,
             ),
             ride=group.limited,
         )
@@ -352,6 +357,7 @@ class WorkerPool:
                 handler=resolve(self._handlers[intent.kind], intent),
                 awaited=group.awaited,
                 timeout=self._timeouts[intent.kind],
+                paced=intent.kind in group.paced,
             )
             for intent in intents
         ]

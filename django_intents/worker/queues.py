@@ -25,19 +25,38 @@ class Queued(Protocol):
     def take(self, count: int) -> list[Claim]: ...
 
 
-def outranks(claims: list[Claim], last: int) -> bool:
-    """Whether one of ``claims`` ranks above ``last``, the priority of the lowest queued.
+Rank = tuple[bool, int]
+
+
+def rank(claim: Claim) -> Rank:
+    """Where a claim waits: a paced one (a rated kind's, ``Demand.paced``) first,
+    since its claim is the start its rate counted; then by priority, the first
+    key of ``states.CLAIM_ORDER``."""
+    return (claim.paced, claim.intent.priority)
+
+
+LOWEST: Rank = (False, 0)
+
+
+def outranks(claims: list[Claim], last: Rank) -> bool:
+    """Whether one of ``claims`` ranks above ``last``, the rank of the lowest queued.
 
     A claim's intents come in priority order, so the queue stays in order
     while a claim outranks nothing queued, and its intents go at its end.
     """
-    return max(c.intent.priority for c in claims) > last
+    return max(rank(c) for c in claims) > last
 
 
 def by_priority(claims: list[Claim]) -> list[Claim]:
-    """``claims`` highest priority first, the first key of ``states.CLAIM_ORDER``;
-    stable, so each priority keeps the claim order its claims brought."""
-    return sorted(claims, key=lambda c: -c.intent.priority)
+    """``claims`` highest rank first; stable, so each rank keeps the claim order its
+    claims brought."""
+    return sorted(claims, key=rank, reverse=True)
+
+
+def in_rank(claims: list[Claim]) -> list[Claim]:
+    """One claim's intents as they are to wait: already in claim order, unless some
+    are paced, which go first."""
+    return by_priority(claims) if any(c.paced for c in claims) else claims
 
 
 class LocalQueue(queue.SimpleQueue[Claim | None]):
@@ -45,16 +64,17 @@ class LocalQueue(queue.SimpleQueue[Claim | None]):
 
     def __init__(self) -> None:
         super().__init__()
-        self._last = 0  # the priority of the claim put last, the lowest queued
+        self._last = LOWEST  # the rank of the claim put last, the lowest queued
 
     def put_claims(self, claims: list[Claim]) -> None:
         if not claims:
             return
+        claims = in_rank(claims)
         if self.qsize() and outranks(claims, self._last):
             claims = by_priority(self.take(self.qsize()) + claims)
         for claim in claims:
             self.put(claim)
-        self._last = claims[-1].intent.priority
+        self._last = rank(claims[-1])
 
     def take(self, count: int) -> list[Claim]:
         """Up to ``count`` queued claims, first first; a worker may take some meanwhile."""
