@@ -311,7 +311,9 @@ def test_concurrent_claimers_never_run_two_of_a_target(vendor):
     def claimer() -> None:
         try:
             for n in range(40):
-                got = Intent.objects.claim_many(3, now=at(100 + n))
+                # A long lease: a claimer that runs ahead through empty rounds must
+                # not find a slower one's lease run out and take its intent over.
+                got = Intent.objects.claim_many(3, now=at(100 + n), lease=3600)
                 with lock:
                     running = Counter(
                         Intent.objects.filter(state="running").values_list("target", flat=True)

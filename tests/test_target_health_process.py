@@ -163,5 +163,11 @@ def test_two_pools_share_the_breaker_and_make_one_probe_per_half_open(
         "the partner's backlog after it came back",
         timeout=40,
     )
+    # The failed ones retry as their backoff runs out: stop both pools so that the
+    # rows and the partner's log are read at one moment.
+    for worker in workers:
+        worker.signal(signal.SIGTERM)
+    for worker in workers:
+        worker.assert_clean_exit(timeout=15)
     assert sum(r.attempts for r in failed) + len(fine) == len(starts("down"))
     assert TargetState.objects.count() == 0
