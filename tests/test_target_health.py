@@ -315,6 +315,23 @@ def test_the_breaker_applies_to_limited_claims_too():
         assert untouched([ids[1]]) == [("pending", 0)]
 
 
+@pytest.mark.parametrize("policy", [{"rate": "100/s"}, {"ordered": True}], ids=str)
+def test_a_held_or_open_target_is_left_out_of_the_claims_of_rated_and_ordered_kinds(policy):
+    """Those claims read the due rows with a statement of their own (store/limited.py);
+    on PostgreSQL it once left the held and open targets in, and a down partner
+    beside a rated kind got every attempt its intents had."""
+    with settings(breaker=BREAKER, **policy):
+        ids = enqueue(["a", "a", "b", "c"])
+        free = enqueue(["a", "b"], kind=FREE)
+        fail("a", 0, 3)
+        Intent.objects.record_target_events([event("b", Event.HOLD, until=at(60))], now=at(0))
+        assert row("a").state == "open" and row("b").state == "held"
+        assert claimed_targets(5, kinds=[HOOK], paced=5) == ["c"]  # within the cooldown
+        assert claimed_targets(5) == ["a", "b"]  # the other kind's, whose targets are fine
+        assert untouched(ids[:3]) == [("pending", 0)] * 3
+        assert untouched(free) == [("running", 1)] * 2
+
+
 def test_until_is_kept_in_the_database_in_utc():
     Intent.objects.record_target_events([event("a", Event.HOLD, until=at(60))], now=at(0))
     assert row("a").until - row("a").updated_at == timedelta(seconds=60)

@@ -424,9 +424,10 @@ SELECT count(pg_advisory_xact_lock(k)), {lock_settings} FROM unnest(%(keys)s::bi
 -- name: scan
 -- The due rows a claim made in Python admits from (limited.py), each branch
 -- locked as the claim's are; ftg and fkd are the targets and the kinds with
--- no room that the claim gives, and the paused kinds.
+-- no room that the claim gives and the targets held or open (held_targets),
+-- and the paused kinds.
 WITH ftg AS MATERIALIZED (SELECT * FROM unnest(%(ft_kinds)s::text[], %(ft_targets)s::text[])
-  AS f(kind, target)),
+  AS f(kind, target) UNION ALL {held_targets}),
 fkd AS MATERIALIZED (SELECT unnest(%(full_kinds)s::text[]) AS kind UNION ALL
   SELECT kind FROM {paused}),
 branch_high AS MATERIALIZED (SELECT {columns} FROM {table} AS t WHERE {due} AND priority > 0
