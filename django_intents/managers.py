@@ -220,9 +220,9 @@ class IntentManager(models.Manager.from_queryset(IntentQuerySet)):  # type: igno
         under ``LIMITS`` are free for this claim, in its round trip on PostgreSQL.
         ``memory``: for a pool, what its claims remember between turns
         (``store.memory.ClaimMemory``); without it a claim has learned nothing.
-        ``paced``: at most this many intents of kinds with a ``rate`` (a pool
-        that queues other kinds' claims ahead takes a rated kind's only for
-        what starts at once: ``Demand.paced``).
+        ``paced``: at most this many intents of kinds with a ``rate`` or
+        ``ordered`` (a pool that queues other kinds' claims ahead takes theirs
+        only for what starts at once: ``Demand.paced``).
         """
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise ValueError(f"limit must be a positive integer, not {limit!r}")

@@ -12,6 +12,8 @@ import pytest
 
 from django_intents.attempt import Attempt
 from django_intents.models import Intent
+from django_intents.rules.limits import paced_kinds
+from django_intents.rules.limits import parse as parse_limits
 from django_intents.worker import demand
 from django_intents.worker.demand import Demand, claim_groups
 from django_intents.worker.execution import Claim
@@ -69,12 +71,28 @@ def test_a_mixed_group_queues_its_unrated_kinds_and_caps_its_rated_ones_per_clai
         pass
 
     handlers = {"paced": deliver, "free": deliver, "alone": lambda i, a: None}
-    threads, loop = claim_groups(handlers, 2, 8, 30.0, (), rated={"paced", "alone"})
+    threads, loop = claim_groups(handlers, 2, 8, 30.0, (), paced={"paced", "alone"})
     assert (loop.kinds, loop.paced, loop.demand._rated) == (["free", "paced"], {"paced"}, False)
     assert (threads.kinds, threads.paced, threads.demand._rated) == (["alone"], set(), True)
     slots = loop.demand
     assert [slots.paced(busy, 0) for busy in (0, 5, 8, 12)] == [8, 3, 1, 1]
     assert [slots.paced(busy, 1) for busy in (5, 8, 12)] == [2, 0, 0]
+
+
+def test_an_ordered_kind_beside_others_is_paced_and_leaves_them_their_full_queue():
+    """An ordered kind takes the limited claim, whose results ride it (``limited``),
+    but only kinds capped by ``running`` or ``per_target`` shorten the queue ahead."""
+
+    async def deliver(intent: Any, attempt: Any) -> None:
+        pass
+
+    policies = parse_limits({"ordered": {"ordered": True}, "rated": {"rate": "5/s"}})[2]
+    assert paced_kinds(policies) == {"ordered", "rated"}
+    handlers = {"ordered": deliver, "free": deliver, "capped": deliver}
+    for limited, ahead in (({"ordered"}, True), ({"ordered", "capped"}, False)):
+        _, loop = claim_groups(handlers, 2, 8, 30.0, limited, paced=paced_kinds(policies))
+        assert (loop.paced, loop.limited) == ({"ordered"}, True)
+        assert (loop.demand._ahead, loop.demand._rated) == (ahead, False), limited
 
 
 def test_the_local_queue_is_bounded_by_queue_max_and_by_a_tenth_of_the_lease():

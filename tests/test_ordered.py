@@ -300,6 +300,20 @@ def test_a_claim_of_one_intent_takes_the_head():
     assert states(ids) == [("running", 1), ("pending", 0)]
 
 
+def test_paced_caps_the_ordered_heads_of_one_claim_and_not_the_other_kinds():
+    """What a pool asks whose other kinds queue ahead (``Demand.paced``): a head that
+    waited in its queue would hold its whole target."""
+    hooks = enqueue(["a", "b", "c", "a"])
+    free = enqueue(["x", "x"], kind=FREE, start=10)
+    with ordered():
+        assert claim(10, 100, paced=1) == [hooks[0], *free]
+        held = Intent.objects.claim_many(10, now=at(101), paced=0)
+        assert (list(held), held.held_back) == ([], True)
+        assert states(hooks) == [("running", 1), ("pending", 0), ("pending", 0), ("pending", 0)]
+        assert claim(10, 102, paced=5) == hooks[1:3]  # the heads of b and c; a's runs
+    assert states(hooks[1:]) == [("running", 1), ("running", 1), ("pending", 0)]
+
+
 def test_concurrent_claimers_never_run_two_of_a_target(vendor):
     targets = [f"t{i % 4}" for i in range(24)]
     ids = enqueue(targets)

@@ -149,6 +149,17 @@ def ordered_kinds(policies: Mapping[str, TargetPolicy], kinds: Iterable[str] | N
     return [kind for kind in ordered if kind in asked]
 
 
+def paced_kinds(policies: Mapping[str, TargetPolicy]) -> frozenset[str]:
+    """The kinds whose claimed intents must start at once, not wait in a pool's queue.
+
+    A rated kind's claim is the start its rate counts: queued, it would start
+    late and bunched with the next window's. An ordered target's head holds
+    its whole target while it waits. A pool that queues other kinds ahead
+    caps these per claim to what starts now (``Admission``'s ``paced``).
+    """
+    return frozenset(rates_of(policies)) | frozenset(ordered_kinds(policies, None))
+
+
 def limited_kinds(limits: Limits, policies: Mapping[str, TargetPolicy]) -> frozenset[str]:
     """The kinds whose claims take the limited path: those with caps, and the ordered ones.
 
@@ -190,10 +201,10 @@ class Admission:
     to the count it is a ``per_target`` of 1, whatever its ``LIMITS`` say,
     so a target whose head runs is full and left out of the scan. Whether a
     due intent is its target's head is asked of the database (``store/limited.py``).
-    ``paced``, when given, is how many intents of rated kinds this claim may
-    take at most, whatever their windows leave: a pool whose claims queue
-    other kinds' intents ahead takes a rated kind's only for what starts at
-    once (``Demand.paced``), since its claim is the start its rate counts.
+    ``paced``, when given, is how many intents of rated and ordered kinds
+    (``paced_kinds``) this claim may take at most, whatever their windows and
+    heads leave: a pool whose claims queue other kinds' intents ahead takes
+    theirs only for what starts at once (``Demand.paced``).
     """
 
     def __init__(
@@ -223,6 +234,7 @@ class Admission:
             raise ValueError("an admission under rates needs the claim's now")
         self._now = now
         self._paced = paced
+        self._paced_kinds = self._ordered | frozenset(self._rates)
         self.refused = 0
         for (kind, _), count in running.items():
             self._kinds[kind] += count
@@ -239,7 +251,7 @@ class Admission:
             if limit.running is not None and self._kinds[kind] >= limit.running
         ]
         if self._paced is not None and self._paced <= 0:
-            kinds += sorted(kind for kind in self._rates if kind not in kinds)
+            kinds += sorted(kind for kind in self._paced_kinds if kind not in kinds)
         pairs = [
             (kind, target)
             for (kind, target), count in self._pairs.items()
@@ -281,7 +293,7 @@ class Admission:
                 return False
         if rate is not None and not rate.left(self._started[kind, target]):
             return False
-        if rate is not None and self._paced is not None:
+        if self._paced is not None and kind in self._paced_kinds:
             if self._paced <= 0:
                 return False
             self._paced -= 1

@@ -29,7 +29,7 @@ class ClaimFilters:
     # The kinds claimed with "ordered": True (SPEC §14): each target's intents
     # start one at a time, oldest first. They take the limited claim too.
     ordered: tuple[str, ...] = ()
-    # At most this many intents of the rated kinds in this claim (``Admission``); None: no cap.
+    # At most this many intents of the rated and ordered kinds in this claim (``Admission``).
     paced: int | None = None
     # Set by a limited claim for its scan: kinds and (kind, target) pairs with no room left.
     full_kinds: tuple[str, ...] = ()

@@ -69,7 +69,7 @@ class Demand:
     ) -> None:
         self._workers = workers  # threads, or the event loop's slots (``awaited``)
         self._awaited = awaited
-        self._rated = rated  # a kind of the group has a rate: claim only what starts now
+        self._rated = rated  # its kinds are all rated or ordered: claim only what starts now
         self._ahead = ahead  # a full window ahead for the event loop (no LIMITS on its kinds)
         self._roomy = False  # the group's last claim vouched that no limit held an intent back
         # Queued claims a stall leaves: one per thread; the event loop's slots
@@ -93,11 +93,12 @@ class Demand:
         return self._workers
 
     def paced(self, busy: int, waiting: int) -> int:
-        """How many intents of its rated kinds a claim of a mixed group may take.
+        """How many intents of its rated and ordered kinds a claim of a mixed group may take.
 
         A rated kind's claim is the start its rate counts, so what it takes
         must start at once, not wait behind the queue and start bunched with
-        the next window's: the slots free now, or one when none is (it goes to
+        the next window's; an ordered head waiting holds its whole target. So:
+        the slots free now, or one when none is (it goes to
         the front of the queue, ``queues.rank``, and starts as the next slot
         frees), less those of its claims still waiting for a slot.
         """
@@ -154,10 +155,10 @@ class Demand:
         threads that is most of a turn, every time. Quick handlers get the
         local queue (at least one claim ahead per thread); others queue what
         their threads free within a turn, never more than a thread each.
-        A group of rated kinds alone claims only for its idle threads or slots:
-        a claim is the start the rate counts, so what it takes must start now,
-        not wait in a queue and start later, bunched with the next window's
-        (rated kinds beside others: ``paced``).
+        A group of rated or ordered kinds alone claims only for its idle threads
+        or slots: a claim is the start the rate counts, or a head that holds its
+        target, so what it takes must start now, not wait in a queue and start
+        later, bunched with the next window's (such kinds beside others: ``paced``).
         """
         if self._rated:
             return self._workers
@@ -209,8 +210,8 @@ class ClaimGroup:
     demand: Demand
     floor: ClaimFloor = field(default_factory=ClaimFloor)
     limited: bool = False  # one of its kinds has LIMITS: its claims complete results first
-    # Its kinds with a rate, when it has others too: the claims queue those
-    # ahead and take the rated ones only for what starts at once (``Demand``).
+    # Its rated and ordered kinds, when it has others too: the claims queue
+    # those ahead and take these only for what starts at once (``Demand``).
     paced: frozenset[str] = frozenset()
     # When a target of its rated kinds may start again (``Claims.next_start``),
     # on the monotonic clock: the pool wakes then to claim it.
@@ -223,7 +224,7 @@ def claim_groups(
     concurrency: int,
     lease: float,
     limited: Collection[str],
-    rated: Collection[str] = (),
+    paced: Collection[str] = (),
 ) -> list[ClaimGroup]:
     """The threads' group and the event loop's, in that order: indexed by ``Claim.awaited``.
 
@@ -233,7 +234,9 @@ def claim_groups(
     places without running, so a window ahead sends a rate-limited partner
     its deliveries in bursts, over its limit; a turn's worth only fills the
     slots that would idle through the claim's round trip (docs/benchmarks.md,
-    "The event loop's queue").
+    "The event loop's queue"). Its kinds that must start at once (``paced``:
+    rated and ordered ones, ``rules.limits.paced_kinds``) leave the others
+    their queue: a claim takes of theirs only what starts now.
     """
     awaited = {kind for kind, handler in handlers.items() if is_async(handler)}
     groups = []
@@ -241,12 +244,13 @@ def claim_groups(
         group = [kind for kind in sorted(handlers) if (kind in awaited) is a]
         bound = any(kind in limited for kind in group)
         size = concurrency if a else workers
-        paced = frozenset(kind for kind in group if kind in rated)
-        # Only rated kinds: every claim is what starts now. Rated kinds among
-        # others: the others keep their queue, the rated ones are capped per claim.
-        alone = bool(paced) and len(paced) == len(group)
-        demand = Demand(size, lease=lease, awaited=a, ahead=not a or not bound, rated=alone)
+        starting = frozenset(kind for kind in group if kind in paced)
+        # Only such kinds: every claim is what starts now. Among others: the
+        # others keep their queue, and these are capped per claim.
+        alone = bool(starting) and len(starting) == len(group)
+        capped = any(kind in limited and kind not in starting for kind in group)
+        demand = Demand(size, lease=lease, awaited=a, ahead=not a or not capped, rated=alone)
         groups.append(
-            ClaimGroup(group, a, demand, limited=bound, paced=frozenset() if alone else paced)
+            ClaimGroup(group, a, demand, limited=bound, paced=frozenset() if alone else starting)
         )
     return groups

@@ -64,7 +64,7 @@ class Claim:
     traceback: str | None = None  # of a failure, its tail: the intent's last_traceback
     timeout: float | None = None  # seconds the handler may run (LIMITS, --timeout-per-attempt)
     started: float | None = None  # when the handler was called; None while it waits
-    paced: bool = False  # of a rated kind claimed beside others: it waits at the queue's front
+    paced: bool = False  # a rated or ordered kind's, claimed beside others: first in the queue
 
     @property
     def name(self) -> str:

@@ -38,7 +38,7 @@ from django_intents.attempt import Attempt
 from django_intents.conf import get_settings
 from django_intents.handlers import Handler
 from django_intents.models import Intent
-from django_intents.rules.limits import limited_kinds, rates_of
+from django_intents.rules.limits import limited_kinds, paced_kinds
 from django_intents.rules.validation import check_pool
 from django_intents.signals import Outcome
 from django_intents.store import backend_for
@@ -118,7 +118,7 @@ class WorkerPool:
             self._concurrency,
             self._lease,
             limited,
-            rated=rates_of(settings.targets),
+            paced=paced_kinds(settings.targets),
         )
         if db_error_timeout is None:
             db_error_timeout = settings.db_error_timeout

@@ -29,9 +29,9 @@ Rank = tuple[bool, int]
 
 
 def rank(claim: Claim) -> Rank:
-    """Where a claim waits: a paced one (a rated kind's, ``Demand.paced``) first,
-    since its claim is the start its rate counted; then by priority, the first
-    key of ``states.CLAIM_ORDER``."""
+    """Where a claim waits: a paced one (a rated or ordered kind's, ``Demand.paced``)
+    first, since its claim is the start its rate counted or its target's turn;
+    then by priority, the first key of ``states.CLAIM_ORDER``."""
     return (claim.paced, claim.intent.priority)
 
 
