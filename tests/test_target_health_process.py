@@ -120,9 +120,10 @@ def test_a_breaker_opens_probes_after_its_cooldown_and_closes_on_success(
     fine = [id for id in order["down"] if id not in failed]
     wait_for(lambda: states(fine) == {("completed", 1)}, "the partner's backlog", timeout=30)
     # The failed ones wait for their backoff; no attempt was burnt while it was open.
-    # A retry whose backoff has run out may be running by now: that is its second attempt.
+    # A retry whose backoff has run out may be running by now, or done: one that failed
+    # as the breaker opened may also have been the failed probe, then succeeded (3).
     for intent in Intent.objects.filter(id__in=failed):
-        assert intent.attempts <= 2, (intent.id, intent.attempts)
+        assert intent.attempts <= 3, (intent.id, intent.attempts)
         assert intent.state in ("pending", "running", "completed"), (intent.id, intent.state)
     calls = starts("down")
     assert calls[len(first_open) + 1] >= probes[0] + 1.9  # the second probe, after 2 s
