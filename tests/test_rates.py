@@ -89,10 +89,11 @@ def test_the_next_starts_once_the_window_slides_past_the_oldest_start():
     with rated("2/10s"):
         assert claim(1, 60) == ids[:1]
         assert claim(1, 64) == ids[1:2]
-        assert claim(10, 69.9) == []
-        assert claim(10, 70) == ids[2:3]  # the start at 60 left (60, 70]; the one at 64 did not
-        assert claim(10, 73.9) == []
-        assert claim(10, 74) == ids[3:4]
+        # A start counts for the window and its margin (a second here: Rate.margin).
+        assert claim(10, 70.9) == []
+        assert claim(10, 71) == ids[2:3]  # the start at 60 left (60, 71]; the one at 64 did not
+        assert claim(10, 74.9) == []
+        assert claim(10, 75) == ids[3:4]
     assert untouched(ids[4:])
 
 
@@ -111,8 +112,9 @@ def test_a_claim_says_when_the_first_spent_target_may_start_again():
         third = Intent.objects.claim_many(10, now=at(62))
     assert first.next_start is None  # target a has room for one more
     assert second.held_back
-    assert second.next_start == at(70)  # a started at 60 and 61; b at 61 and 61
-    assert (len(third), third.next_start) == (0, at(70))
+    # a started at 60 and 61; b at 61 and 61; a start counts 10 s and a 1 s margin
+    assert second.next_start == at(71)
+    assert (len(third), third.next_start) == (0, at(71))
 
 
 def test_an_expired_lease_claimed_again_is_a_new_start():
@@ -135,9 +137,9 @@ def test_the_rate_composes_with_per_target_and_running():
         assert claim(10, 62) == [ids[1], ids[4]]
         for intent in Intent.objects.filter(state="running"):
             assert Intent.objects.complete(intent.id, intent.claim_token, now=at(63))
-        # a and b spent their 2 starts until 70: only c
+        # a and b spent their 2 starts until 71 (the window and its margin): only c
         assert claim(10, 64) == [ids[5]]
-        assert claim(10, 70) == [ids[2]]
+        assert claim(10, 71) == [ids[2]]
     assert Intent.objects.filter(state="pending").count() == 0
 
 
@@ -188,19 +190,19 @@ def test_priority_orders_what_the_rate_admits():
     high = Intent.objects.enqueue(HOOK, "urgent", "a", priority=5, now=at(30))
     with rated("1/10s"):
         assert claim(10, 60) == [high]
-        assert claim(10, 70) == [low[0]]
+        assert claim(10, 71) == [low[0]]
     assert untouched(low[1:])
 
 
 def test_starts_older_than_the_window_are_pruned_by_the_claims():
     enqueue(["a"] * 6)
     with rated("1/10s"):
-        for second in (60, 70, 80, 90):
+        for second in (60, 71, 82, 93):  # a window and its 1 s margin apart
             assert len(claim(10, second, lease=300)) == 1
-    # The claim at 90 wrote its start and pruned those at or before 70: twice
-    # the window, which no claim at 80 or later counts.
+    # The claim at 93 wrote its start and pruned those at or before 71: twice
+    # the 11 s a start counts, which no claim at 82 or later counts.
     starts = TargetStart.objects.filter(kind=HOOK).values_list("started_at", flat=True)
-    assert sorted(starts) == [at(80), at(90)]
+    assert sorted(starts) == [at(82), at(93)]
     assert Intent.objects.filter(state="pending").count() == 2
 
 
@@ -266,8 +268,8 @@ def test_the_window_is_measured_on_the_claims_now_not_on_the_clock():
     ids = enqueue(["a"] * 3)
     with rated("1/1h"):
         assert claim(1, 60, lease=7200) == ids[:1]
-        assert claim(1, 60 + 3599) == []
-        assert claim(1, 60 + 3600, lease=7200) == ids[1:2]
+        assert claim(1, 60 + 3600) == []  # a start counts the hour and a second
+        assert claim(1, 60 + 3601, lease=7200) == ids[1:2]
     assert untouched(ids[2:])
     assert TargetStart.objects.filter(started_at__gte=at(60) + timedelta(hours=1)).count() == 1
 

@@ -45,6 +45,16 @@ def test_room_counts_the_starts_after_now_minus_the_window():
     assert rate.room([91.0, 95.0, 99.0, 100.0], 100.0) == 0  # never below zero
 
 
+def test_a_margin_counts_each_start_longer_than_its_window():
+    """The margin parse_rate gives a configured rate: the claim is counted a moment
+    before the partner sees the request, by an amount that varies."""
+    rate = Rate(2, 1.0, 0.1)
+    assert rate.room([99.05, 99.5], 100.0) == 0  # 99.05 is still counted at 100.0
+    assert rate.room([99.05, 99.5], 100.15) == 1
+    assert rate.next_start([99.05, 99.5], 100.0) == pytest.approx(100.15)
+    assert rate.window.total_seconds() == pytest.approx(1.1)
+
+
 def test_a_start_later_than_now_counts_as_one_inside_the_window():
     # Another pool read the clock after this one but claimed first.
     assert Rate(2, 10.0).room([100.5, 101.0], 100.0) == 0
@@ -149,10 +159,10 @@ def test_admission_under_rates_needs_the_claims_now():
 @pytest.mark.parametrize(
     ("value", "expected"),
     [
-        ("5/s", Rate(5, 1.0)),
-        ("100/20s", Rate(100, 20.0)),
-        (" 3 / m ", Rate(3, 60.0)),
-        ("10/2h", Rate(10, 7200.0)),
+        ("5/s", Rate(5, 1.0, 0.1)),  # each start counts a tenth longer, at most a second
+        ("100/20s", Rate(100, 20.0, 1.0)),
+        (" 3 / m ", Rate(3, 60.0, 1.0)),
+        ("10/2h", Rate(10, 7200.0, 1.0)),
     ],
 )
 def test_a_rate_parses_into_attempts_per_window(value, expected):
@@ -222,5 +232,5 @@ def test_a_kind_with_only_a_rate_has_no_caps_and_its_rate_reaches_the_claims():
     with override_settings(INTENTS=intents(LIMITS={"k": {"rate": "2/s"}, "c": {"running": 1}})):
         built = get_settings()
     assert built.limits == {"c": Limit(running=1)}
-    assert built.targets == {"k": TargetPolicy(rate=Rate(2, 1.0))}
-    assert rates_of(built.targets) == {"k": Rate(2, 1.0)}
+    assert built.targets == {"k": TargetPolicy(rate=Rate(2, 1.0, 0.1))}
+    assert rates_of(built.targets) == {"k": Rate(2, 1.0, 0.1)}
