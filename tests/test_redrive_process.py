@@ -67,7 +67,12 @@ def test_an_idle_pool_on_postgresql_is_woken_by_a_redrive(start_worker):  # noqa
 
     assert Intent.objects.redrive(kind="test.ok") == 1
 
-    wait_for(lambda: is_state(id, "completed"), "the notified pool", timeout=20)
+    try:
+        wait_for(lambda: is_state(id, "completed"), "the notified pool", timeout=20)
+    except AssertionError as failure:
+        raise AssertionError(
+            f"{failure}; the row: {vars(row(id))}; the pool said:\n{worker.log}"
+        ) from None
     worker.signal(15)
     worker.assert_clean_exit(timeout=15)
 
