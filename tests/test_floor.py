@@ -15,7 +15,7 @@ import pytest
 
 from django_intents.models import Intent
 from django_intents.store.claims import Claims
-from django_intents.worker.floor import SLACK, ClaimFloor
+from django_intents.worker.floor import FULL_SCAN_MAX, SLACK, ClaimFloor
 
 from .conftest import T0, at, enqueue, row, snapshot
 
@@ -120,6 +120,37 @@ class TestClaimFloor:
         assert floor.since() is None
         floor.seen(None, at(11), at(-100))  # an expired lease on an old intent
         assert floor.since() == at(-100)
+
+    def test_a_slow_full_scan_comes_round_later_so_full_scans_keep_to_their_share(self):
+        """A full claim that walked half a second of dead index entries (a snapshot
+        held open elsewhere keeps them) is followed by the next one only after ten
+        seconds: a twentieth of the pool's time, not half of it."""
+        floor, clock = self.make()
+        floor.seen(None, at(10), None, took=0.5)
+        clock.now += 9.99
+        assert floor.since() == at(8)
+        clock.now += 0.02
+        assert floor.since() is None
+
+    def test_a_quick_full_scan_comes_round_every_period_and_a_slow_one_at_most_after_the_longest(
+        self,
+    ):
+        floor, clock = self.make()
+        floor.seen(None, at(10), None, took=0.04)  # 0.8 s of its share: the period wins
+        clock.now += 1.01
+        assert floor.since() is None
+        floor.claimed(None, at(11), Claims([]), 5, took=60.0)
+        clock.now += FULL_SCAN_MAX - 0.01
+        assert floor.since() == at(9)
+        clock.now += 0.02
+        assert floor.since() is None
+
+    def test_a_floored_claims_duration_does_not_move_the_next_full_scan(self):
+        floor, clock = self.make()
+        floor.seen(None, at(10), None)
+        floor.seen(at(8), at(10.5), None, took=5.0)
+        clock.now += 1.01
+        assert floor.since() is None
 
     def test_rescan_makes_the_next_claim_a_full_scan(self):
         floor, _ = self.make()

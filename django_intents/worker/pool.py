@@ -324,7 +324,7 @@ class WorkerPool:
             )
             self._liveness.reached()
             if not due:
-                floor.seen(since, now, None)
+                floor.seen(since, now, None, took=time.monotonic() - sent)
                 return self._drained_below(since)
         paced = None
         if group.paced:
@@ -345,7 +345,7 @@ class WorkerPool:
         )
         self._settle(completed)
         self._liveness.reached()
-        floor.claimed(since, now, intents, free)
+        floor.claimed(since, now, intents, free, took=time.monotonic() - sent)
         group.demand.claimed(intents.bound)
         group.reopens = reopening(intents.next_start, now)
         if not intents:
