@@ -222,3 +222,59 @@ def test_mvcc_bench_drains_every_wave_under_a_held_snapshot_and_reports_it(tmp_p
     assert waves[-1]["dead"] > waves[0]["dead"] > 0
     assert positive(report["systems"]["intents"]["ratio"])
     assert "waves of 300 no-op jobs, a REPEATABLE READ snapshot held open" in done.stdout
+
+
+@pytest.mark.skipif(
+    connection.vendor != "postgresql",
+    reason="the history bench fills its table with PostgreSQL's generate_series: in that run",
+)
+def test_history_bench_drains_beside_stored_finished_intents_and_compares(tmp_path):
+    """``bench/history.py`` small: the filled table really holds the history beside
+    what each round drained, every round drained both tables, and the ratios come
+    from the medians it reports."""
+    out = tmp_path / "history.json"
+    suffix = os.environ.get("INTENTS_TEST_DB_SUFFIX", "")
+    env = {**os.environ, "BENCH_WORK": str(tmp_path), "BENCH_HISTORY_SUFFIX": suffix}
+    env.pop("DJANGO_SETTINGS_MODULE", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.history", "--history", "3000", "--n", "200"]
+        + ["--rounds", "2", "--workers", "2", "--json", str(out)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads(out.read_text())
+    assert sorted((run["round"], run["side"]) for run in report["runs"]) == [
+        (1, "empty"),
+        (1, "full"),
+        (2, "empty"),
+        (2, "full"),
+    ]
+    for run in report["runs"]:
+        assert positive(run["per_s"]) and positive(run["claims"]) and positive(run["claim_total_s"])
+    medians = report["medians"]
+    assert report["rate_ratio"] == pytest.approx(
+        medians["full"]["per_s"] / medians["empty"]["per_s"]
+    )
+    assert "stored 3,000 finished intents" in done.stdout
+
+    import psycopg  # the PostgreSQL run only
+
+    settings = connection.settings_dict
+    with psycopg.connect(
+        host=settings["HOST"] or "127.0.0.1",
+        port=settings["PORT"] or 5432,
+        user=settings["USER"],
+        dbname=f"histfull{suffix}_intents",
+    ) as conn:
+        counts = dict(
+            conn.execute(
+                "SELECT event_id LIKE %s, count(*) FROM django_intents_intent "
+                "WHERE state = 'completed' GROUP BY 1",
+                ["history-%"],
+            ).fetchall()
+        )
+    assert counts == {True: 3000, False: 200 + 200 + 200}  # the warm-up's and two rounds'
