@@ -49,6 +49,11 @@ if SYSTEM == "intents":
         INTENTS["MAX_ATTEMPTS"] = int(os.environ["BENCH_MAX_ATTEMPTS"])
     if os.environ.get("BENCH_LIMITS"):  # INTENTS["LIMITS"] as JSON: relay, and what limits cost
         INTENTS["LIMITS"] = json.loads(os.environ["BENCH_LIMITS"])
+    if os.environ.get("BENCH_DELETE_DAYS"):  # bench/history.py's prune: completed, deleted
+        from datetime import timedelta
+
+        days = timedelta(days=float(os.environ["BENCH_DELETE_DAYS"]))
+        INTENTS["RETENTION"] = {"completed": {"delete": days}}
 elif SYSTEM == "tasks_db":
     INSTALLED_APPS.append("django_tasks_db")
     TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}

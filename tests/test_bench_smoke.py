@@ -230,15 +230,15 @@ def test_mvcc_bench_drains_every_wave_under_a_held_snapshot_and_reports_it(tmp_p
 )
 def test_history_bench_drains_beside_stored_finished_intents_and_compares(tmp_path):
     """``bench/history.py`` small: the filled table really holds the history beside
-    what each round drained, every round drained both tables, and the ratios come
-    from the medians it reports."""
+    what each round drained, every round drained both tables, the ratios come from
+    the medians it reports, and its prune deleted the old history and only that."""
     out = tmp_path / "history.json"
     suffix = os.environ.get("INTENTS_TEST_DB_SUFFIX", "")
     env = {**os.environ, "BENCH_WORK": str(tmp_path), "BENCH_HISTORY_SUFFIX": suffix}
     env.pop("DJANGO_SETTINGS_MODULE", None)
     done = subprocess.run(
         [sys.executable, "-m", "bench.history", "--history", "3000", "--n", "200"]
-        + ["--rounds", "2", "--workers", "2", "--json", str(out)],
+        + ["--rounds", "2", "--workers", "2", "--prune-days", "24", "--json", str(out)],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -277,4 +277,7 @@ def test_history_bench_drains_beside_stored_finished_intents_and_compares(tmp_pa
                 ["history-%"],
             ).fetchall()
         )
-    assert counts == {True: 3000, False: 200 + 200 + 200}  # the warm-up's and two rounds'
+    # The prune deleted the oldest fifth of the history (older than 24 of its 30
+    # days), and nothing the rounds drained a moment ago.
+    assert report["prune"]["deleted"] == pytest.approx(600, abs=2)
+    assert counts == {True: 3000 - report["prune"]["deleted"], False: 200 + 200 + 200}
