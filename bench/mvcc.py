@@ -15,7 +15,8 @@ waves in the same run, the systems alternating within each wave.
 
 Each wave reports the drain's rate (process start to exit), the enqueue's, the
 table's dead tuples and its size with indexes (``pg_stat_user_tables``,
-``pg_total_relation_size``) and, for django-intents, the p50 and p99 of its
+``pg_total_relation_size``; PostgreSQL 15 or later, whose
+``pg_stat_force_next_flush`` makes them current) and, for django-intents, the p50 and p99 of its
 claims as the pool timed them (``BENCH_CLAIM_TIMES``, ``bench/benchapp``).
 After the last wave the blocker ends, the bench waits up to ``--settle``
 seconds for autovacuum (or runs a plain ``VACUUM`` where it is off) and
@@ -168,7 +169,7 @@ def held_back(url: str) -> bool:
     with connect(url) as conn:
         row = conn.execute(
             "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-            "AND backend_xmin IS NOT NULL AND pid <> pg_backend_pid() AND state LIKE 'idle in%%'"
+            "AND backend_xmin IS NOT NULL AND pid <> pg_backend_pid() AND state LIKE 'idle in%'"
         ).fetchone()
     return bool(row and row[0])
 

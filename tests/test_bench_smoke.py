@@ -20,6 +20,13 @@ def positive(value: object) -> bool:
     return isinstance(value, int | float) and value > 0
 
 
+def run_bench(argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """A bench command as its docs show it: this Python, from the checkout's root."""
+    return subprocess.run(
+        [sys.executable, *argv], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
+
+
 @pytest.mark.skipif(
     connection.vendor != "sqlite",
     reason="the quick bench runs on SQLite whatever the suite's database: in the SQLite run",
@@ -28,14 +35,9 @@ def test_quick_benchmark_on_sqlite_reports_every_workload(tmp_path):
     out = tmp_path / "bench.json"
     env = {**os.environ, "BENCH_WORK": str(tmp_path / "work")}
     env.pop("BENCH_CODE", None)
-    done = subprocess.run(
-        [sys.executable, "bench/run.py", "--quick", "--db", "sqlite", "--peers", "none"]
-        + ["--json", str(out)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    done = run_bench(
+        ["bench/run.py", "--quick", "--db", "sqlite", "--peers", "none"] + ["--json", str(out)],
+        env,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     for title in ("Enqueue", "Drain", "Latency", "Large table", "Crash cost", "IO", "Processes"):
@@ -92,13 +94,9 @@ def test_quick_benchmark_on_sqlite_reports_every_workload(tmp_path):
 def test_rate_claim_bench_times_every_case(tmp_path):
     env = {**os.environ, "BENCH_WORK": str(tmp_path), "BENCH_DB": "sqlite"}
     env.pop("DJANGO_SETTINGS_MODULE", None)
-    done = subprocess.run(
-        [sys.executable, "-m", "bench.rate_claim", "--targets", "20", "--claims", "3"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    done = run_bench(
+        ["-m", "bench.rate_claim", "--targets", "20", "--claims", "3"],
+        env,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     rows = [line.split("|")[1:-1] for line in done.stdout.splitlines() if line.startswith("| 20 ")]
@@ -123,14 +121,10 @@ def test_partners_healthy_scenario_delivers_every_intent_and_reports_its_rate(tm
     env = {**os.environ, "BENCH_WORK": str(tmp_path / "work")}
     env["BENCH_DB_PREFIX"] = f"partners_smoke{suffix}"  # never the bench's own database
     env.pop("BENCH_CODE", None)
-    done = subprocess.run(
-        [sys.executable, "-m", "bench.partners", "--scenario", "healthy", "--quick"]
+    done = run_bench(
+        ["-m", "bench.partners", "--scenario", "healthy", "--quick"]
         + ["--db", connection.vendor, "--json", str(out)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
+        env,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "| healthy | 16 healthy |" in done.stdout
@@ -201,14 +195,10 @@ def test_mvcc_bench_drains_every_wave_under_a_held_snapshot_and_reports_it(tmp_p
     suffix = os.environ.get("INTENTS_TEST_DB_SUFFIX", "")
     env = {**os.environ, "BENCH_WORK": str(tmp_path), "BENCH_MVCC_PREFIX": f"mvcc{suffix}"}
     env.pop("DJANGO_SETTINGS_MODULE", None)
-    done = subprocess.run(
-        [sys.executable, "-m", "bench.mvcc", "--systems", "intents", "--waves", "3", "--n", "300"]
+    done = run_bench(
+        ["-m", "bench.mvcc", "--systems", "intents", "--waves", "3", "--n", "300"]
         + ["--workers", "2", "--settle", "1", "--json", str(out)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
+        env,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     report = json.loads(out.read_text())
@@ -236,14 +226,10 @@ def test_history_bench_drains_beside_stored_finished_intents_and_compares(tmp_pa
     suffix = os.environ.get("INTENTS_TEST_DB_SUFFIX", "")
     env = {**os.environ, "BENCH_WORK": str(tmp_path), "BENCH_HISTORY_SUFFIX": suffix}
     env.pop("DJANGO_SETTINGS_MODULE", None)
-    done = subprocess.run(
-        [sys.executable, "-m", "bench.history", "--history", "3000", "--n", "200"]
+    done = run_bench(
+        ["-m", "bench.history", "--history", "3000", "--n", "200"]
         + ["--rounds", "2", "--workers", "2", "--prune-days", "24", "--json", str(out)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
+        env,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     report = json.loads(out.read_text())

@@ -150,14 +150,20 @@ def ordered_kinds(policies: Mapping[str, TargetPolicy], kinds: Iterable[str] | N
 
 
 def paced_kinds(policies: Mapping[str, TargetPolicy]) -> frozenset[str]:
-    """The kinds whose claimed intents must start at once, not wait in a pool's queue.
+    """The kinds whose claimed intents must start at once, not wait in a pool's queue
+    (``pacing``), among every kind of ``policies``."""
+    return pacing(rates_of(policies), ordered_kinds(policies, None))
+
+
+def pacing(rated: Iterable[str], ordered: Iterable[str]) -> frozenset[str]:
+    """The rated and the ordered kinds: those whose claimed intents must start at once.
 
     A rated kind's claim is the start its rate counts: queued, it would start
     late and bunched with the next window's. An ordered target's head holds
     its whole target while it waits. A pool that queues other kinds ahead
     caps these per claim to what starts now (``Admission``'s ``paced``).
     """
-    return frozenset(rates_of(policies)) | frozenset(ordered_kinds(policies, None))
+    return frozenset(rated) | frozenset(ordered)
 
 
 def limited_kinds(limits: Limits, policies: Mapping[str, TargetPolicy]) -> frozenset[str]:
@@ -234,7 +240,7 @@ class Admission:
             raise ValueError("an admission under rates needs the claim's now")
         self._now = now
         self._paced = paced
-        self._paced_kinds = self._ordered | frozenset(self._rates)
+        self._paced_kinds = pacing(self._rates, self._ordered)
         self.refused = 0
         for (kind, _), count in running.items():
             self._kinds[kind] += count

@@ -46,10 +46,10 @@ _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
 # A start is counted when it is claimed; its request reaches the partner a few
 # milliseconds later, by an amount that varies with the load of the pool's
 # host. A partner whose window sees a late start of one window and an early
-# one of the next counts one too many (bench/partners.py: 1.6 % of 429s at
-# 20/s without this). So a configured rate counts each start for its window
-# and a tenth more, at most a second more: the partner's window never holds
-# more than N, at the cost of that much of the rate.
+# one of the next counts one too many. So a configured rate counts each start
+# for its window and a tenth more, at most a second more: the partner's window
+# never holds more than N, at the cost of that much of the rate
+# (docs/benchmarks.md, "With target health", has the measure).
 MARGIN_SHARE, MARGIN_MAX = 0.1, 1.0
 _RATE = re.compile(r"^\s*(\d+)\s*/\s*(\d*)\s*([smh])\s*$")
 
