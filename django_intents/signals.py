@@ -27,8 +27,10 @@ intents_transitioned = Signal()
 # rescued: list[tuple[str, float]], (kind, seconds from lease expiry to the new claim).
 intents_rescued = Signal()
 
-# kind, outcome (an Outcome), duration (seconds), intent.
-attempt_finished = Signal()
+# kind, outcome (an Outcome), duration (seconds), intent. Sent once per
+# attempt, always with sender=Intent: its receivers are looked up once per
+# sender, as Django does for pre_init and post_init, not on every attempt.
+attempt_finished = Signal(use_caching=True)
 
 # kind, target, state (a rules.targets.TargetHealth), previous (the state before):
 # a target was held, opened, half-opened or closed (SPEC §14).

@@ -101,6 +101,45 @@ def test_claim_takes_due_intents_in_claim_order_higher_priority_first():
     assert len({intent.claim_token for intent, _ in taken}) == 4
 
 
+def test_a_claimed_intent_holds_every_field_as_the_orm_reads_it_times_aware():
+    [id] = insert("fields", next_at=-3)
+    [(intent, _)] = claim(limit=1)
+    stored = row(id)
+    for field in Intent._meta.concrete_fields:
+        if field.attname == "updated_at":  # the claim's now, which the store does not return
+            continue
+        assert getattr(intent, field.attname) == getattr(stored, field.attname), field.attname
+    for name in ("created_at", "next_at", "claim_until"):
+        value = getattr(intent, name)
+        assert value.utcoffset() == timedelta(0) and value == getattr(stored, name), name
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "2026-12-06 06:08:00.123456",
+        "2026-12-06 06:08:00",
+        "2026-12-06T06:08:00+02:00",
+        "2026-12-06 06:08:00.5",
+        None,
+    ],
+)
+@pytest.mark.parametrize("use_tz", [True, False])
+def test_the_sqlite_time_converter_reads_what_djangos_reads(text, use_tz, settings):
+    from django.db.backends.sqlite3.base import DatabaseOperations
+
+    from django_intents.store.rows import _text_times
+
+    settings.USE_TZ = use_tz
+    sqlite = type("Conn", (), {"vendor": "sqlite", "timezone": connection.timezone})()
+    django_s = DatabaseOperations(sqlite).convert_datetimefield_value
+    fast = _text_times(sqlite, django_s)
+    assert fast is not django_s
+    assert fast(text, None, sqlite) == django_s(text, None, sqlite)
+    if text is not None:
+        assert fast(text, None, sqlite).tzinfo == django_s(text, None, sqlite).tzinfo
+
+
 def test_claim_takes_no_more_than_its_limit_and_leaves_the_rest_in_place():
     ids = insert(*[f"e{i}" for i in range(5)])
     first = claimed_ids(limit=2)

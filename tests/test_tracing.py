@@ -138,6 +138,23 @@ def test_without_a_configured_provider_nothing_is_stored():
     assert Intent.objects.get(id=id).trace_context == ""
 
 
+def test_without_a_configured_provider_no_span_is_made_at_all(monkeypatch):
+    # A no-op span per attempt cost a tenth of a SQLite drain's loop: none is made.
+    assert tracing.tracer() is None
+    made = []
+    monkeypatch.setattr(tracing, "_processing", lambda *args: made.append(args))
+    monkeypatch.setattr(tracing, "_sending", lambda *args: made.append(args))
+    with external_kinds(KIND):
+        Intent.objects.enqueue(KIND, "untraced-2", "t")
+        drain(lambda intent, attempt: None)
+    assert made == []
+    assert Intent.objects.get(event_id="untraced-2").state == "completed"
+    monkeypatch.setattr(trace, "get_tracer_provider", lambda: trace.NoOpTracerProvider())
+    assert tracing.tracer() is None
+    monkeypatch.setattr(trace, "get_tracer_provider", lambda: TracerProvider())
+    assert tracing.tracer() is not None
+
+
 def test_without_the_extra_nothing_is_imported_and_nothing_is_stored():
     # A process where opentelemetry cannot be imported, as without the extra.
     script = (

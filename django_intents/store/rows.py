@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from django.conf import settings
 from django.db.models.base import ModelState
 from django.db.models.signals import post_init, pre_init
 
@@ -61,7 +62,7 @@ def hydrate(table: Table, rows: Sequence[Sequence[Any]]) -> list[IntentRow]:
     for i, field in enumerate(fields):
         col = field.get_col(model._meta.db_table)
         funcs = conn.ops.get_db_converters(col) + field.get_db_converters(conn)
-        converters.extend((i, func, field) for func in funcs)
+        converters.extend((i, _text_times(conn, func), field) for func in funcs)
     names = [field.attname for field in fields]
     observed = pre_init.has_listeners(model) or post_init.has_listeners(model)
     intents: list[Any] = []
@@ -78,6 +79,34 @@ def hydrate(table: Table, rows: Sequence[Sequence[Any]]) -> list[IntentRow]:
         state.adding, state.db = False, table.alias
         intents.append(intent)
     return intents
+
+
+def _text_times(conn: Any, func: Any) -> Any:
+    """SQLite's converter of a ``DateTimeField``, quicker on the text SQLite stores.
+
+    Django's parses with ``parse_datetime`` (``datetime.fromisoformat`` first)
+    and makes a naive result aware in the connection's zone when ``USE_TZ``;
+    this does the same in one step for a string ``fromisoformat`` reads, and
+    hands anything else to Django's. A claim converts four times per row: in
+    a SQLite drain Django's took a twelfth of the loop.
+    """
+    if conn.vendor != "sqlite" or getattr(func, "__name__", "") != "convert_datetimefield_value":
+        return func
+    zone = conn.timezone if settings.USE_TZ else None
+    parse = datetime.fromisoformat
+
+    def convert(value: Any, expression: Any, connection: Any) -> Any:
+        if type(value) is not str:
+            return func(value, expression, connection)
+        try:
+            parsed = parse(value)
+        except ValueError:
+            return func(value, expression, connection)
+        if zone is not None and parsed.tzinfo is None:
+            return parsed.replace(tzinfo=zone)
+        return parsed
+
+    return convert
 
 
 def take(
