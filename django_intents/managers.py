@@ -259,6 +259,7 @@ class IntentManager(models.Manager.from_queryset(IntentQuerySet)):  # type: igno
             self._announce(states.State.CANCELLED, cancelled, backend)
         breakers = _breakers(settings.targets, filters.kinds)
         filters = self._watched(backend, filters, now, memory)
+        filters = self._paced(backend, filters, now, memory)
         claimed = backend.claim(
             now=now,
             until=until,
@@ -336,6 +337,26 @@ class IntentManager(models.Manager.from_queryset(IntentQuerySet)):  # type: igno
         else:
             probing = memory.probing
         return replace(filters, exempt=tuple(sorted(probing)))
+
+    def _paced(
+        self, backend: Backend, filters: ClaimFilters, now: datetime, memory: ClaimMemory | None
+    ) -> ClaimFilters:
+        """``filters`` with the paces holds taught targets of the claimed kinds that have
+        no rate of their own (``store/targets.paces``); a pool reads them twice a second,
+        and at once after one of its results held a target."""
+        if memory is None or memory.paces_due():
+            paces = target_health.paces(backend, now=now, kinds=None)
+            if memory is not None:
+                memory.paces = paces
+        else:
+            paces = memory.paces
+        asked = None if filters.kinds is None else set(filters.kinds)
+        kept = {
+            pair: pace
+            for pair, pace in paces.items()
+            if pair[0] not in filters.rates and (asked is None or pair[0] in asked)
+        }
+        return replace(filters, paces=kept) if kept else filters
 
     # -- fenced transitions ----------------------------------------------------
 

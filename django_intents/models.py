@@ -232,10 +232,16 @@ class TargetState(models.Model):
     # The intent out as a half-open target's probe; "" while half-open: the
     # next claim of a pool that read the row may take one (rules/targets.Health).
     probe = models.CharField(max_length=ID_LENGTH, blank=True, default="")
+    # The pace a handler's hold teaches (rules/targets.learned_pace): when the
+    # hold began, and when the pace is over; ``until`` keeps the hold's end.
+    held_at = models.DateTimeField(null=True, blank=True)
+    paced_until = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ("kind", "target")
         indexes = (
+            # The paced targets a pool's claims read twice a second (store/targets.paces).
+            models.Index(fields=("paced_until",), name="intents_targets_paced"),
             models.Index(fields=("kind", "state"), name="intents_targets_kind_state"),
             # The targets that block, by state (PostgreSQL's claims read them as
             # a set, the pools' watch and sweep by state): the rows of targets

@@ -438,6 +438,8 @@ def test_every_database_defines_the_same_statements_for_the_shared_verbs():
         "rate_starts",
         "rate_record",
         "rate_prune",
+        "target_paces",
+        "pace_successes",
     }
     own = {
         "sqlite": {"claim_update", "begin_immediate", "commit", "rollback", "data_version"},

@@ -161,6 +161,71 @@ def test_a_snooze_that_holds_its_target_is_written_with_its_result(vendor):
     assert [i.id for i in Intent.objects.claim_many(5, now=at(26.5))] == [second, first]
 
 
+# -- the pace a hold teaches (rules.targets.learned_pace) -------------------------
+
+
+def taught(now: float = 0.0) -> list[str]:
+    """Twelve intents of "a" and three of "b", all due; five of "a" claimed at ``now``,
+    three completed, then a 429 holds "a" for 1 s, then the fifth completes (it was
+    on its way): the partner took four around the hold."""
+    ids = enqueue(["a"] * 12 + ["b"] * 3, start=now - 50)
+    first = Intent.objects.claim_many(5, now=at(now), lease=100, kinds=[HOOK])
+    assert [i.target for i in first] == ["a"] * 5
+    for claim in first[:3]:
+        assert Intent.objects.complete(claim.id, claim.claim_token, now=at(now + 0.2))
+    hold = event("a", Event.HOLD, intent=first[3].id, until=at(now + 1.3))
+    Intent.objects.record_target_events([hold], now=at(now + 0.3))
+    assert Intent.objects.complete(first[4].id, first[4].claim_token, now=at(now + 0.5))
+    return ids
+
+
+def test_after_a_hold_its_target_starts_only_as_fast_as_its_partner_took_around_it(vendor):
+    ids = taught()
+    assert claimed_targets(1.0) == ["b"] * 3  # held: "a" waits
+    assert claimed_targets(1.4) == ["a"] * 4  # the pace: four a second
+    assert claimed_targets(2.0) == []
+    assert claimed_targets(2.6) == ["a"] * 3  # 1.4 + 1 s + its margin; then none is left
+    assert Intent.objects.filter(id__in=ids, state="pending").count() == 0
+    assert Intent.objects.filter(id__in=ids, attempts__gt=1).count() == 0
+
+
+def test_two_pools_share_one_learned_pace(vendor):
+    taught()
+    first, second = ClaimMemory(), ClaimMemory()
+    one = Intent.objects.claim_many(2, now=at(1.4), lease=100, kinds=[HOOK], memory=first)
+    two = Intent.objects.claim_many(50, now=at(1.45), lease=100, kinds=[HOOK], memory=second)
+    assert [i.target for i in one] == ["a", "a"]
+    assert [i.target for i in two] == ["a", "a", "b", "b", "b"]  # the pace's other two
+    assert Intent.objects.filter(kind=HOOK, target="a", state="pending").count() == 3
+
+
+def test_a_learned_pace_is_kept_in_a_closed_row_and_swept_when_it_is_over(vendor, changes):
+    taught()
+    assert Intent.objects.end_holds(now=at(5)) == 1
+    state = row("a")
+    assert (state.state, state.held_at, state.paced_until) == ("closed", at(0.3), at(61.3))
+    assert Intent.objects.targets(kind=HOOK) == []  # healthy: not an operator's concern
+    assert claimed_targets(5) == ["a"] * 4 + ["b"] * 3
+    assert Intent.objects.end_holds(now=at(61.4)) == 0  # no state changed: it was closed
+    assert row("a") is None
+    assert claimed_targets(62) == ["a"] * 3  # free again: every due one at once
+    assert changes == [(HOOK, "a", "held", "closed"), (HOOK, "a", "closed", "held")]
+
+
+def test_a_hold_by_hand_forgets_a_learned_pace(vendor):
+    taught()
+    assert Intent.objects.open_target(HOOK, "a", 2, now=at(0.4))
+    state = row("a")
+    assert (state.held_at, state.paced_until) == (None, None)
+    assert claimed_targets(3) == ["a"] * 7 + ["b"] * 3
+
+
+def test_a_rated_kinds_own_rate_wins_over_a_learned_pace(vendor):
+    taught()
+    with settings(rate="2/s"):
+        assert claimed_targets(1.4) == ["a", "a", "b", "b"]
+
+
 # -- the breaker ------------------------------------------------------------------
 
 

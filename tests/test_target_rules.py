@@ -21,7 +21,19 @@ from hypothesis import strategies as st
 
 from django_intents.conf import get_settings
 from django_intents.rules.limits import Admission, Limit, Started, rates_of
-from django_intents.rules.targets import Rate, TargetPolicy, parse_rate
+from django_intents.rules.targets import (
+    Breaker,
+    Event,
+    Health,
+    Rate,
+    TargetHealth,
+    TargetPolicy,
+    after,
+    learned_pace,
+    pace_window,
+    paced_until,
+    parse_rate,
+)
 
 from .conftest import intents
 
@@ -151,6 +163,86 @@ def test_admission_applies_caps_and_rate_together_and_counts_a_start_only_when_b
 def test_admission_under_rates_needs_the_claims_now():
     with pytest.raises(ValueError, match="needs the claim's now"):
         Admission({}, {}, rates={"k": Rate(1, 1.0)})
+
+
+def test_admission_paces_one_target_of_a_kind_and_leaves_its_others_free():
+    paces = {("k", "a"): Rate(2, 1.0, 0.1)}
+    started = {("k", "a"): Started(1, T0)}
+    admission = Admission({}, {}, started=started, now=T0, paces=paces)
+    assert [admission.fits("k", t) for t in ("a", "a", "b", "b", "b")] == [
+        True,
+        False,
+        True,
+        True,
+        True,
+    ]
+    assert admission.full() == ([], [("k", "a")])
+    assert admission.reopens() == T0 + timedelta(seconds=1.1)
+
+
+def test_a_paced_target_counts_against_what_a_claim_may_start_at_once():
+    paces = {("k", "a"): Rate(5, 1.0)}
+    admission = Admission({}, {}, now=T0, paces=paces, paced=1)
+    assert admission.fits("k", "a")
+    assert not admission.fits("k", "a")  # the claim's one paced start is spent
+    assert admission.fits("k", "b")  # an unpaced target of the kind is not counted
+    assert admission.full() == ([], [("k", "a")])
+
+
+# -- the pace a hold teaches (rules/targets.py) -------------------------------------
+
+
+def test_a_hold_teaches_a_pace_of_its_windows_successes_with_the_rates_margin():
+    pace = learned_pace(20, T0, T0 + timedelta(seconds=1.004))
+    assert pace == Rate(20, 1.0, 0.1)
+    assert learned_pace(100, T0, T0 + timedelta(seconds=20)) == Rate(100, 20.0, 1.0)
+
+
+def test_a_hold_after_which_nothing_succeeded_teaches_no_pace():
+    assert learned_pace(0, T0, T0 + timedelta(seconds=20)) is None
+
+
+@pytest.mark.parametrize(
+    ("held", "window", "memory"),
+    [
+        (0.2, 1.0, 60.0),
+        (1.0, 1.0, 60.0),
+        (1.4, 1.0, 60.0),
+        (20.0, 20.0, 200.0),
+        (1e6, 3600.0, 36000.0),
+    ],
+)
+def test_a_paces_window_is_the_holds_length_in_seconds_and_it_lasts_ten_windows(
+    held, window, memory
+):
+    until = T0 + timedelta(seconds=held)
+    assert pace_window(T0, until) == window
+    assert paced_until(T0, until) == until + timedelta(seconds=memory)
+
+
+def test_the_first_429_begins_the_pace_window_and_those_after_it_only_lengthen_the_hold():
+    first = after(None, Event.HOLD, now=T0, breaker=None, until=T0 + timedelta(seconds=1))
+    assert (first.state, first.held_at) == (TargetHealth.HELD, T0)
+    later = T0 + timedelta(seconds=0.5)
+    second = after(first, Event.HOLD, now=later, breaker=None, until=later + timedelta(seconds=1))
+    assert second.held_at == T0 and second.until == later + timedelta(seconds=1)
+    assert second.paced_until == second.until + timedelta(seconds=60)
+    anew = T0 + timedelta(seconds=30)  # the hold was over: a new one begins
+    third = after(second, Event.HOLD, now=anew, breaker=None, until=anew + timedelta(seconds=1))
+    assert third.held_at == anew
+
+
+def test_a_success_keeps_a_closed_targets_pace_and_a_breakers_opening_drops_it():
+    held = after(None, Event.HOLD, now=T0, breaker=None, until=T0 + timedelta(seconds=1))
+    closed = Health(until=held.until, held_at=held.held_at, paced_until=held.paced_until)
+    assert not closed.plain
+    ok = after(closed, Event.SUCCESS, now=T0 + timedelta(seconds=2), breaker=None)
+    assert ok == closed
+    breaker = Breaker(1, 10.0)
+    opened = after(closed, Event.FAILURE, now=T0 + timedelta(seconds=3), breaker=breaker)
+    assert opened.state == TargetHealth.OPEN and opened.paced_until is None
+    over = closed.unpaced(held.paced_until)
+    assert over.plain and over.until is None
 
 
 # -- the setting -----------------------------------------------------------------------

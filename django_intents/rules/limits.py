@@ -52,6 +52,7 @@ class Limit:
 Limits = Mapping[str, Limit]
 Running = Mapping[tuple[str, str], int]  # live leases per (kind, target)
 Rates = Mapping[str, Rate]
+Paces = Mapping[tuple[str, str], Rate]  # learned per (kind, target): rules.targets.learned_pace
 
 
 @dataclass(frozen=True)
@@ -210,7 +211,9 @@ class Admission:
     ``paced``, when given, is how many intents of rated and ordered kinds
     (``paced_kinds``) this claim may take at most, whatever their windows and
     heads leave: a pool whose claims queue other kinds' intents ahead takes
-    theirs only for what starts at once (``Demand.paced``).
+    theirs only for what starts at once (``Demand.paced``). ``paces`` are the
+    rates a hold taught single targets of kinds without one: such a target
+    is admitted as a rated one, and counts against ``paced`` too.
     """
 
     def __init__(
@@ -223,6 +226,7 @@ class Admission:
         started: Mapping[tuple[str, str], Started] | None = None,
         now: datetime | None = None,
         paced: int | None = None,
+        paces: Paces | None = None,
     ) -> None:
         self._ordered = frozenset(ordered)
         self._limits = dict(limits)
@@ -231,12 +235,13 @@ class Admission:
         self._pairs: Counter[tuple[str, str]] = Counter(running)
         self._kinds: Counter[str] = Counter()
         self._rates = rates or {}
+        self._paces = paces or {}
         self._started: Counter[tuple[str, str]] = Counter()
         self._oldest: dict[tuple[str, str], datetime] = {}
         for pair, seen in (started or {}).items():
             self._started[pair] = seen.count
             self._oldest[pair] = seen.oldest
-        if self._rates and now is None:
+        if (self._rates or self._paces) and now is None:
             raise ValueError("an admission under rates needs the claim's now")
         self._now = now
         self._paced = paced
@@ -265,17 +270,26 @@ class Admission:
             and (cap := self._limits[kind].per_target) is not None
             and count >= cap
         ]
+        spent = self._spent()
+        if self._paced is not None and self._paced <= 0:
+            spent += sorted(self._paces)
         capped = set(pairs)
-        pairs += [pair for pair in self._spent() if pair[0] not in kinds and pair not in capped]
+        for pair in spent:
+            if pair[0] not in kinds and pair not in capped:
+                capped.add(pair)
+                pairs.append(pair)
         return kinds, pairs
 
+    def _rate(self, kind: str, target: str) -> Rate | None:
+        """The rate of a target: its kind's, else the pace a hold taught it, if any."""
+        return self._rates.get(kind) or self._paces.get((kind, target))
+
     def _spent(self) -> list[tuple[str, str]]:
-        """The rated (kind, target) pairs whose window has no room left."""
-        rates = self._rates
+        """The rated and paced (kind, target) pairs whose window has no room left."""
         return [
             pair
             for pair, count in self._started.items()
-            if pair[0] in rates and not rates[pair[0]].left(count)
+            if (rate := self._rate(*pair)) is not None and not rate.left(count)
         ]
 
     def reopens(self) -> datetime | None:
@@ -285,13 +299,17 @@ class Admission:
         holds ``N`` starts, as the claims keep it; earlier (a claim that finds
         it still full, then waits again) if a smaller rate was configured since.
         """
-        times = [self._oldest[pair] + self._rates[pair[0]].window for pair in self._spent()]
+        times = [
+            self._oldest[pair] + rate.window
+            for pair in self._spent()
+            if (rate := self._rate(*pair)) is not None
+        ]
         return min(times, default=None)
 
     def fits(self, kind: str, target: str) -> bool:
         """Whether one more intent of ``kind`` for ``target`` may start; if so, count it."""
         limit = self._limits.get(kind)
-        rate = self._rates.get(kind)
+        rate = self._rate(kind, target)
         if limit is not None:
             if limit.running is not None and self._kinds[kind] >= limit.running:
                 return False
@@ -299,7 +317,7 @@ class Admission:
                 return False
         if rate is not None and not rate.left(self._started[kind, target]):
             return False
-        if self._paced is not None and kind in self._paced_kinds:
+        if self._paced is not None and (kind in self._paced_kinds or (kind, target) in self._paces):
             if self._paced <= 0:
                 return False
             self._paced -= 1

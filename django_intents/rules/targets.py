@@ -11,6 +11,12 @@ Everything here is pure: times come in as ``now`` (seconds or datetimes the
 caller chose), so the window and the breaker are tested without a clock.
 The state a hold or a breaker needs lives in the database (``TargetState``,
 one row per target that is not plainly healthy), shared by every pool.
+
+A hold (a 429's ``Retry-After``) also teaches its target a pace: without
+one, every slot of every pool would send again the moment the hold ends and
+the partner would refuse all but its rate of them. ``learned_pace`` says how
+many starts the target may have per window after a hold, from the
+successes the hold's window saw, until ``paced_until``.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ import hashlib
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
@@ -52,6 +58,14 @@ _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
 # (docs/benchmarks.md, "With target health", has the measure).
 MARGIN_SHARE, MARGIN_MAX = 0.1, 1.0
 _RATE = re.compile(r"^\s*(\d+)\s*/\s*(\d*)\s*([smh])\s*$")
+# A learned pace (``learned_pace``): its window is the hold's length, at least
+# PACE_MIN_WINDOW (a Retry-After of 0 or a fraction of a second says little of a
+# partner's window) and at most PACE_MAX_WINDOW; it lasts PACE_MEMORY_WINDOWS of
+# its windows after the hold, and at least PACE_MEMORY seconds: long enough that
+# a partner is not sent a burst every few seconds, short enough that a partner
+# that raised its rate is not kept slow for long.
+PACE_MIN_WINDOW, PACE_MAX_WINDOW = 1.0, 3600.0
+PACE_MEMORY, PACE_MEMORY_WINDOWS = 60.0, 10
 
 
 @dataclass(frozen=True)
@@ -174,6 +188,47 @@ class TargetRow:
         return {**asdict(self), "state": self.state.value}
 
 
+def margin(seconds: float) -> float:
+    """How much longer than its window a start is counted: a tenth, at most ``MARGIN_MAX``."""
+    return min(seconds * MARGIN_SHARE, MARGIN_MAX)
+
+
+def pace_window(held_at: datetime, until: datetime) -> float:
+    """The window of the pace a hold from ``held_at`` to ``until`` teaches, in seconds.
+
+    A partner's ``Retry-After`` is how long until its window lets a request
+    through again: at most the window, so the hold's length is the best
+    guess of it there is. Rounded to a second: the 429s of one burst lengthen
+    the hold by the milliseconds between them, and the claims count the
+    starts of the targets that share a window in one statement.
+    """
+    held = round((until - held_at).total_seconds())  # a Retry-After is whole seconds
+    return min(max(held, PACE_MIN_WINDOW), PACE_MAX_WINDOW)
+
+
+def paced_until(held_at: datetime, until: datetime) -> datetime:
+    """Until when a target held from ``held_at`` to ``until`` keeps the pace it learned."""
+    memory = max(PACE_MEMORY, PACE_MEMORY_WINDOWS * pace_window(held_at, until))
+    return until + timedelta(seconds=memory)
+
+
+def learned_pace(successes: int, held_at: datetime, until: datetime) -> Rate | None:
+    """The rate a target may start at after a hold from ``held_at`` to ``until`` (SPEC §14).
+
+    ``successes`` counts the target's attempts that completed from one window
+    before the hold began to its end (``pace_window``): what the partner took
+    before it refused, and the attempts already on their way when it did;
+    counted with a configured rate's margin (``parse_rate``). ``None`` when
+    it took none: a partner that refused the first request after a quiet
+    spell (a quota another client spent) says nothing of its rate, and a
+    pace of one a window would starve its backlog once the quota is back.
+    """
+    if successes < 1:
+        return None
+    seconds = pace_window(held_at, until)
+    return Rate(successes, seconds, margin(seconds))
+
+
 def hold_for(seconds: object) -> timedelta:
     """How long ``open_target`` holds a target: a positive, finite number of seconds."""
     if isinstance(seconds, bool) or not isinstance(seconds, int | float):
@@ -200,7 +255,7 @@ def parse_rate(kind: str, value: Any) -> Rate:
         raise ValueError(
             f"[{kind!r}]['rate'] needs at least 1 attempt per a positive window, not {value!r}"
         )
-    return Rate(int(count), seconds, min(seconds * MARGIN_SHARE, MARGIN_MAX))
+    return Rate(int(count), seconds, margin(seconds))
 
 
 def _seconds(kind: str, key: str, value: Any) -> float:
@@ -290,6 +345,11 @@ class Health:
     ``probe`` is the id of the half-open target's probe once one was claimed;
     ``""`` while half-open means that the next claim of a pool that read the
     row may take one intent of the target as the probe.
+
+    ``held_at`` is when the last hold a handler asked for began (a hold by
+    hand sets none), and ``paced_until`` how long the pace that hold teaches
+    lasts (``learned_pace``); ``until`` then keeps the hold's end, the state
+    closed or not, as the pace's window is measured from both.
     """
 
     state: TargetHealth = TargetHealth.CLOSED
@@ -298,11 +358,20 @@ class Health:
     until: Any = None  # a datetime: when a held or open target may be tried again
     last_error: str = ""
     probe: str = ""
+    held_at: Any = None  # a datetime: when the hold that teaches a pace began
+    paced_until: Any = None  # a datetime: when that pace is over
 
     @property
     def plain(self) -> bool:
         """Whether the target is plainly healthy: its row can go."""
-        return self.state == TargetHealth.CLOSED and self.failures == 0
+        return self.state == TargetHealth.CLOSED and self.failures == 0 and self.paced_until is None
+
+    def unpaced(self, now: Any) -> Health:
+        """This health without a pace that is over at ``now``."""
+        if self.paced_until is None or self.paced_until > now:
+            return self
+        until = self.until if self.state in BLOCKING else None
+        return replace(self, until=until, held_at=None, paced_until=None)
 
     def blocks(self, now: Any, exempt: bool = False) -> bool:
         """Whether a claim at ``now`` leaves the target's intents alone (``target_open`` in
@@ -317,10 +386,21 @@ class Health:
 
 
 def opened(health: Health, breaker: Breaker, now: Any, error: str) -> Health:
-    """``health`` opened once more: the cooldown doubles with each consecutive opening."""
+    """``health`` opened once more: the cooldown doubles with each consecutive opening.
+
+    A pace learned before is dropped: the breaker's probes pace the target now.
+    """
     openings = health.openings + 1
-    until = now + _delta(breaker.cooldown_for(openings))
-    return Health(TargetHealth.OPEN, health.failures, openings, until, error, "")
+    return replace(
+        health,
+        state=TargetHealth.OPEN,
+        openings=openings,
+        until=now + _delta(breaker.cooldown_for(openings)),
+        last_error=error,
+        probe="",
+        held_at=None,
+        paced_until=None,
+    )
 
 
 def after(
@@ -344,35 +424,21 @@ def after(
     probe = current.state == TargetHealth.HALF_OPEN and bool(intent) and current.probe == intent
     if event == Event.SUCCESS:
         if current.state == TargetHealth.HELD:  # the partner asked for the wait: it stays
-            return Health(TargetHealth.HELD, 0, 0, current.until, current.last_error)
+            return replace(current, failures=0, openings=0, probe="")
+        if current.paced_until is not None:  # healthy, and still paced
+            return Health(
+                until=current.until, held_at=current.held_at, paced_until=current.paced_until
+            )
         return None
     if event == Event.HOLD:
-        if current.state in (TargetHealth.CLOSED, TargetHealth.HELD) or probe:
-            later = until if current.until is None else max(current.until, until)
-            state = TargetHealth.OPEN if probe else TargetHealth.HELD
-            return Health(state, current.failures, current.openings, later, current.last_error)
-        if current.state == TargetHealth.OPEN:
-            later = until if current.until is None else max(current.until, until)
-            return Health(
-                TargetHealth.OPEN, current.failures, current.openings, later, current.last_error
-            )
-        return current  # half-open with another probe out: its verdict decides
+        return _held(current, probe, now, until)
     if event == Event.NEUTRAL:
         if probe:  # no verdict: the next claim probes with another intent
-            return Health(
-                TargetHealth.HALF_OPEN, current.failures, current.openings, None, current.last_error
-            )
+            return replace(current, state=TargetHealth.HALF_OPEN, until=None, probe="")
         return health
     if breaker is None:
         return health
-    counted = Health(
-        current.state,
-        current.failures + 1,
-        current.openings,
-        current.until,
-        error,
-        current.probe,
-    )
+    counted = replace(current, failures=current.failures + 1, last_error=error)
     if probe:
         return opened(counted, breaker, now, error)
     if current.state in (TargetHealth.CLOSED, TargetHealth.HELD) and breaker.trips(
@@ -380,6 +446,30 @@ def after(
     ):
         return opened(counted, breaker, now, error)
     return counted
+
+
+def _held(current: Health, probe: bool, now: Any, until: Any) -> Health:
+    """``current`` after a handler asked to hold its target until ``until`` (a 429).
+
+    A hold that begins (the target was not held until later) starts the
+    window its pace is learned over (``held_at``); a 429 within it only
+    lengthens it. A half-open target with another probe out is left to that
+    probe's verdict.
+    """
+    if current.state == TargetHealth.HALF_OPEN and not probe:
+        return current
+    holding = current.state in BLOCKING and current.until is not None and current.until > now
+    later = max(current.until, until) if holding else until
+    held_at = current.held_at if holding and current.held_at is not None else now
+    blocked = probe or current.state == TargetHealth.OPEN
+    return replace(
+        current,
+        state=TargetHealth.OPEN if blocked else TargetHealth.HELD,
+        until=later,
+        probe="",
+        held_at=held_at,
+        paced_until=paced_until(held_at, later),
+    )
 
 
 def reaped(

@@ -26,6 +26,10 @@ class ClaimFilters:
     limits: Mapping[str, Limit] = field(default_factory=dict)
     # The rates of the kinds claimed (SPEC §14): such a claim takes ``limited.py``'s path.
     rates: Mapping[str, Rate] = field(default_factory=dict)
+    # The paces a handler's hold taught targets of kinds without a rate (SPEC §14,
+    # ``rules.targets.learned_pace``), per (kind, target): such a claim takes
+    # ``limited.py``'s path while one lasts.
+    paces: Mapping[tuple[str, str], Rate] = field(default_factory=dict)
     # The kinds claimed with "ordered": True (SPEC §14): each target's intents
     # start one at a time, oldest first. They take the limited claim too.
     ordered: tuple[str, ...] = ()
@@ -40,8 +44,9 @@ class ClaimFilters:
 
     @property
     def limited(self) -> bool:
-        """Whether the claim takes the limited path: ``LIMITS`` caps, rates or ordered kinds."""
-        return bool(self.limits or self.rates or self.ordered)
+        """Whether the claim takes the limited path: ``LIMITS`` caps, rates, paces or
+        ordered kinds."""
+        return bool(self.limits or self.rates or self.paces or self.ordered)
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,11 @@ re-claim counts too. The lock makes count-then-record atomic across every
 pool. The claim says when the first spent target's window reopens
 (``Claims.next_start``), whether or not intents of it wait: a pool woken
 for nothing finds nothing to take, and sleeps again.
+
+A target whose partner held it (a 429) keeps the pace the hold taught it
+for a while (``ClaimFilters.paces``, ``rules.targets.learned_pace``): its
+kind's claims take this path, and the target is counted and recorded as a
+rated one, with its own rate; the kind's other targets are not.
 """
 
 from __future__ import annotations
@@ -48,11 +53,11 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from django_intents.rules.batches import MAX_LIMIT
-from django_intents.rules.limits import Admission, Rates, Started, heads
+from django_intents.rules.limits import Admission, Paces, Rates, Started, heads
 from django_intents.rules.targets import target_key
 from django_intents.store.claims import Claimed, ClaimFilters, Claims, claim_order
 from django_intents.store.rows import hydrate, take
@@ -108,7 +113,8 @@ def claim(
     database can; ``ordered`` finds the heads of ordered targets.
     """
     counted = sorted({*filters.limits, *filters.ordered})
-    with lock(sorted({*counted, *filters.rates})) as held, table.cursor() as cursor:
+    paced = {kind for kind, _ in filters.paces}
+    with lock(sorted({*counted, *filters.rates, *paced})) as held, table.cursor() as cursor:
         if not held:  # another claim of these kinds kept the lock too long; try next turn
             return Claims(held_back=True)
         admission = Admission(
@@ -116,9 +122,10 @@ def claim(
             live_leases(table, cursor, now, counted) if counted else {},
             filters.ordered,
             rates=filters.rates,
-            started=recent_starts(table, cursor, now, filters.rates),
+            started=recent_starts(table, cursor, now, filters.rates, filters.paces),
             now=now,
             paced=filters.paced,
+            paces=filters.paces,
         )
         full_kinds, full_targets = admission.full()
         if filters.kinds is not None and set(filters.kinds) <= set(full_kinds):
@@ -151,7 +158,9 @@ def claim(
                 break
             waiting += late
             full_kinds, full_targets = admission.full()
-        record_starts(table, cursor, now, filters.rates, [intent for intent, _ in taken])
+        record_starts(
+            table, cursor, now, filters.rates, filters.paces, [intent for intent, _ in taken]
+        )
         return Claims(taken, held_back=held_back, next_start=admission.reopens())
 
 
@@ -164,28 +173,42 @@ def live_leases(
 
 
 def recent_starts(
-    table: Table, cursor: Any, now: datetime, rates: Rates
+    table: Table, cursor: Any, now: datetime, rates: Rates, paces: Paces
 ) -> dict[tuple[str, str], Started]:
-    """Per target of each rated kind, the starts inside its rate's window at ``now``."""
+    """Per target of each rated kind, and per paced target, the starts inside its
+    window at ``now``: one statement per kind and window."""
+    windows: dict[tuple[str, timedelta], set[str] | None] = {}
+    for kind, rate in rates.items():
+        windows[kind, rate.window] = None  # every target of the kind
+    for (kind, target), pace in paces.items():
+        if kind not in rates:
+            targets = windows.setdefault((kind, pace.window), set())
+            if targets is not None:
+                targets.add(target)
     started = {}
-    for kind, rate in sorted(rates.items()):
-        table.execute(cursor, "rate_starts", kind=kind, since=table.dt(now - rate.window))
+    for (kind, window), targets in sorted(windows.items()):
+        table.execute(cursor, "rate_starts", kind=kind, since=table.dt(now - window))
         for target, count, oldest in cursor.fetchall():
-            started[kind, target] = Started(int(count), table.from_db(oldest))
+            if targets is None or target in targets:
+                started[kind, target] = Started(int(count), table.from_db(oldest))
     return started
 
 
-def record_starts(table: Table, cursor: Any, now: datetime, rates: Rates, taken: list[Any]) -> None:
-    """Write a start at ``now`` for each intent taken of a rated kind, and prune
-    the starts of those kinds that no claim counts any more: older than twice
-    the longest window, so that a claim whose ``now`` was read a moment before
-    this one's still finds every start it must count (``Rate.room``)."""
-    rated = [intent for intent in taken if intent.kind in rates]
-    if not rated:
+def record_starts(
+    table: Table, cursor: Any, now: datetime, rates: Rates, paces: Paces, taken: list[Any]
+) -> None:
+    """Write a start at ``now`` for each intent taken of a rated kind or a paced
+    target, and prune the starts of those kinds that no claim counts any more:
+    older than twice the longest window, so that a claim whose ``now`` was read
+    a moment before this one's still finds every start it must count
+    (``Rate.room``)."""
+    counted = [i for i in taken if i.kind in rates or (i.kind, i.target) in paces]
+    if not counted:
         return
     at = table.dt(now)
-    rows = [(target_key(i.kind, i.target), i.kind, i.target, at) for i in rated]
+    rows = [(target_key(i.kind, i.target), i.kind, i.target, at) for i in counted]
     table.execute(cursor, "rate_record", rows=rows)
-    kinds = sorted({intent.kind for intent in rated})
-    longest = max(rates[kind].window for kind in kinds)
-    table.execute(cursor, "rate_prune", kinds=kinds, before=table.dt(now - 2 * longest))
+    kinds = sorted({intent.kind for intent in counted})
+    windows = [rates[kind].window for kind in kinds if kind in rates]
+    windows += [pace.window for (kind, _), pace in paces.items() if kind in kinds]
+    table.execute(cursor, "rate_prune", kinds=kinds, before=table.dt(now - 2 * max(windows)))

@@ -16,6 +16,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from django_intents.rules.targets import Rate
+
 # Seconds between a pool's looks at the targets of its breakers (``store/targets.watch``).
 WATCH_EVERY = 0.5
 
@@ -39,6 +41,22 @@ class ClaimMemory:
         # when (``time.monotonic()``) the claims look at the targets again.
         self.probing: dict[str, tuple[str, str]] = {}
         self.watch_at = 0.0
+        # The paces holds taught targets (``store/targets.paces``), and when
+        # (``time.monotonic()``) the claims read them again.
+        self.paces: dict[tuple[str, str], Rate] = {}
+        self.paces_at = 0.0
+
+    def paces_due(self) -> bool:
+        """Whether a claim reads the targets' paces first (twice a second, ``WATCH_EVERY``)."""
+        now = time.monotonic()
+        if now < self.paces_at:
+            return False
+        self.paces_at = now + WATCH_EVERY
+        return True
+
+    def held(self) -> None:
+        """A result just held a target: the next claim reads the paces again."""
+        self.paces_at = 0.0
 
     def watch_due(self) -> bool:
         """Whether a claim looks at the targets of its breakers first (twice a second)."""

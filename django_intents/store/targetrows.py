@@ -70,6 +70,7 @@ def hold_target_row(
 
     Its count of failures and of openings stay: a hold by hand is not a
     verdict on the target, so a breaker that was open reopens as it would have.
+    A pace a handler's hold taught is forgotten: the operator's hold replaces it.
     """
     return _retried(alias, lambda: _hold(alias, kind, target, until, now))
 
@@ -98,7 +99,11 @@ def _hold(
         if previous is TargetHealth.HELD and row.until == until:
             return None
         table(alias).filter(key=key).update(
-            state=TargetHealth.HELD.value, until=until, updated_at=now
+            state=TargetHealth.HELD.value,
+            until=until,
+            held_at=None,
+            paced_until=None,
+            updated_at=now,
         )
         return previous
 

@@ -23,26 +23,31 @@ wins; the intents the others took of it are given back unstarted.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import datetime
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django_intents.rules.targets import (
     Breaker,
     Event,
     Health,
+    Rate,
     TargetHealth,
     after,
+    learned_pace,
+    pace_window,
     reaped,
     target_key,
 )
 from django_intents.store.statements import bind
+from django_intents.store.table import Table
 
 if TYPE_CHECKING:
     from django_intents.store.base import Backend
 
 # (kind, target, state, previous): one change, for ``target_state_changed``.
 Change = tuple[str, str, str, str]
+Pair = tuple[str, str]  # (kind, target)
 
 
 @dataclass(frozen=True)
@@ -90,7 +95,20 @@ def record(
         if needed:
             at = table.dt(now)
             rows = [
-                (key, e.kind, e.target, TargetHealth.CLOSED.value, 0, 0, None, "", "", at)
+                (
+                    key,
+                    e.kind,
+                    e.target,
+                    TargetHealth.CLOSED.value,
+                    0,
+                    0,
+                    None,
+                    "",
+                    "",
+                    None,
+                    None,
+                    at,
+                )
                 for key, e in needed.items()
             ]
             table.execute(cursor, "target_insert", rows=rows)
@@ -141,12 +159,8 @@ def watch(
             for key, row in found.items():
                 health, breaker = row.health, breakers.get(row.kind)
                 if health.state == TargetHealth.OPEN and health.until and health.until <= now:
-                    current[key] = Health(
-                        TargetHealth.HALF_OPEN,
-                        health.failures,
-                        health.openings,
-                        None,
-                        health.last_error,
+                    current[key] = replace(
+                        health, state=TargetHealth.HALF_OPEN, until=None, probe=""
                     )
                 elif _lost(health, states, now):
                     state, lease = states.get(health.probe, (None, None))
@@ -170,7 +184,8 @@ def take_probe(backend: Backend, key: str, intent: str, *, now: datetime) -> boo
 
 
 def ended(backend: Backend, *, now: datetime) -> list[Change]:
-    """Holds that are over: each row goes, or keeps the failures it counts, as closed."""
+    """Holds and paces that are over: each row goes, or keeps what it still counts (the
+    failures, a pace), as closed."""
     table = backend.table
     rows = _rows(backend, table.run("target_ended", now=table.dt(now)))
     if not rows:
@@ -182,10 +197,18 @@ def ended(backend: Backend, *, now: datetime) -> list[Change]:
         for key, row in found.items():
             health = row.health
             if health.state == TargetHealth.HELD and health.until and health.until <= now:
-                kept = Health(failures=health.failures, last_error=health.last_error)
-                current[key] = None if kept.plain else kept
-            elif health.plain:
-                current[key] = None
+                until = health.until if health.paced_until is not None else None
+                health = replace(
+                    health, state=TargetHealth.CLOSED, openings=0, until=until, probe=""
+                )
+                if health.held_at is not None and not _successes(
+                    table, row.kind, row.target, health.held_at, health.until, now
+                ):  # the hold taught no pace (``learned_pace``): nothing to keep it for
+                    health = replace(health, until=None, held_at=None, paced_until=None)
+            elif health.state != TargetHealth.CLOSED:
+                continue
+            kept = health.unpaced(now)
+            current[key] = None if kept.plain else kept
         names = {key: (row.kind, row.target) for key, row in found.items()}
         return _write(backend, cursor, found, current, names, now)
 
@@ -201,9 +224,17 @@ def _lost(health: Health, states: Mapping[str, tuple[str, Any]], now: datetime) 
 def _rows(backend: Backend, fetched: Iterable[Sequence[Any]]) -> dict[str, Row]:
     convert = backend.table.converter(backend.table.target_model, "until")
     rows = {}
-    for key, kind, target, state, failures, openings, until, error, probe in fetched:
+    for key, kind, target, state, failures, openings, until, error, probe, *paced in fetched:
+        held_at, paced_until = (convert(value) for value in paced)
         health = Health(
-            TargetHealth(state), int(failures), int(openings), convert(until), error, probe
+            TargetHealth(state),
+            int(failures),
+            int(openings),
+            convert(until),
+            error,
+            probe,
+            held_at,
+            paced_until,
         )
         rows[key] = Row(key, kind, target, health)
     return rows
@@ -233,15 +264,16 @@ def _write(
             if old is not None:
                 deletes.append(key)
         else:
-            until = None if health.until is None else table.dt(health.until)
             saves.append(
                 [
                     health.state.value,
                     health.failures,
                     health.openings,
-                    until,
+                    _dt(table, health.until),
                     health.last_error,
                     health.probe,
+                    _dt(table, health.held_at),
+                    _dt(table, health.paced_until),
                     at,
                     key,
                 ]
@@ -257,3 +289,46 @@ def _write(
     if deletes:
         table.execute(cursor, "target_delete", keys=deletes)
     return changes
+
+
+def _dt(table: Any, value: datetime | None) -> Any:
+    return None if value is None else table.dt(value)
+
+
+def paces(backend: Backend, *, now: datetime, kinds: Sequence[str] | None) -> dict[Pair, Rate]:
+    """The pace each target of ``kinds`` (``None``: every kind) learned from a handler's
+    hold and keeps at ``now`` (``rules.targets.learned_pace``).
+
+    While the hold lasts its target is not claimed at all; the pace binds
+    from the hold's end. The successes are counted from a window before the
+    hold began to its end, or to ``now`` while it lasts: a claimer that reads
+    the pace during the hold sees the attempts that were on their way settle.
+    """
+    table = backend.table
+    convert = table.converter(table.target_model, "until")
+    asked = None if kinds is None else set(kinds)
+    found: dict[Pair, Rate] = {}
+    for kind, target, held_at, until in table.run("target_paces", now=table.dt(now)):
+        if asked is not None and kind not in asked:
+            continue
+        held_at, until = convert(held_at), convert(until)
+        pace = learned_pace(_successes(table, kind, target, held_at, until, now), held_at, until)
+        if pace is not None:
+            found[kind, target] = pace
+    return found
+
+
+def _successes(
+    table: Table, kind: str, target: str, held_at: datetime, until: datetime, now: datetime
+) -> int:
+    """The target's attempts that completed from a pace's window before ``held_at`` to
+    ``until`` (or ``now``, while the hold lasts): what ``learned_pace`` learns from."""
+    window = timedelta(seconds=pace_window(held_at, until))
+    [(count,)] = table.run(
+        "pace_successes",
+        kind=kind,
+        target=target,
+        since=table.dt(held_at - window),
+        until=table.dt(min(until, now)),
+    )
+    return int(count)

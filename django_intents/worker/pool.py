@@ -414,6 +414,8 @@ class WorkerPool:
         self._settle(recorder.record() if wait is None else recorder.finish(wait))
         self._liveness.reached()
         blocked = recorder.newly_blocked()
+        if blocked:
+            self._memory.held()  # the pace a hold teaches binds from its end: read it soon
         if blocked and self._shutdown.deadline() is None:
             self._give_back_blocked(blocked)
 

@@ -100,11 +100,11 @@ class PostgreSQLBackend(Backend):
     def claim_asked(self, ask: Ask) -> Claims[Claimed]:
         """A limited claim completes ``ask.complete`` in its own round trip (``locked``).
         A claim without a memory learns into one of its own, which it forgets.
-        A claim of kinds with a ``rate`` or ``"ordered": True`` takes the portable
+        A claim of kinds with a ``rate``, a learned pace or ``"ordered": True`` takes the portable
         limited claim (``limited.py``, with ``scan`` and ``limit_lock``): the starts
         it counts and writes, and the heads it looks up, leave the exact statements
         of ``LIMITS`` as they are."""
-        if ask.filters.rates or ask.filters.ordered:
+        if ask.filters.rates or ask.filters.paces or ask.filters.ordered:
             return super().claim_asked(ask)
         tail = {"salt": _salt(), "until": self.dt(ask.until)}
         riders = Riders(ask.complete, at=self.dt(ask.now))

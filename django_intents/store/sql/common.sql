@@ -208,7 +208,7 @@ SELECT {columns} FROM {table} {by_id} WHERE id IN ([ids]) AND {due} AND {within_
 -- Target health (store/targets.py) -----------------------------------------
 
 -- fragment: target_columns
-{key}, kind, target, state, failures, openings, until, last_error, probe
+{key}, kind, target, state, failures, openings, until, last_error, probe, held_at, paced_until
 
 -- name: target_rows
 -- The rows of the targets an event concerns, locked while their change is decided.
@@ -216,12 +216,13 @@ SELECT {target_columns} FROM {targets} WHERE {key} IN ([keys]) FOR UPDATE
 
 -- name: target_insert
 -- A row for each target that needs one, before it is locked: first failures, holds.
-INSERT INTO {targets} ({target_columns}, updated_at) VALUES [rows:(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)]
+INSERT INTO {targets} ({target_columns}, updated_at)
+VALUES [rows:(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)]
 ON CONFLICT DO NOTHING
 
 -- name: target_save
 UPDATE {targets} SET state = %s, failures = %s, openings = %s, until = %s, last_error = %s,
-  probe = %s, updated_at = %s WHERE {key} = %s
+  probe = %s, held_at = %s, paced_until = %s, updated_at = %s WHERE {key} = %s
 
 -- name: target_delete
 DELETE FROM {targets} WHERE {key} IN ([keys])
@@ -241,9 +242,22 @@ WHERE {key} = %(key)s AND state = 'half_open' AND probe = ''
 SELECT id, state, claim_until FROM {table} WHERE id IN ([ids])
 
 -- name: target_ended
--- Holds that are over: their rows go, or keep only the failures they count.
+-- Holds that are over, and paces: their rows go, or keep what they still count.
 SELECT {target_columns} FROM {targets} WHERE state = 'held' AND until <= %(now)s
-OR state = 'closed' AND failures = 0
+OR state = 'closed' AND (failures = 0 AND paced_until IS NULL OR paced_until <= %(now)s)
+
+-- name: target_paces
+-- The targets a handler's hold taught a pace that is not over (a look on the
+-- index of migration 0017): the hold's start and end.
+SELECT kind, target, held_at, until FROM {targets}
+WHERE paced_until > %(now)s AND held_at IS NOT NULL AND until IS NOT NULL
+
+-- name: pace_successes
+-- The attempts of one target that completed from %(since)s to %(until)s: what its
+-- partner took around a hold (rules.targets.learned_pace). On the index of the
+-- finished intents' times, then the kind and target of each row in that span.
+SELECT COUNT(*) FROM {table} WHERE state = 'completed' AND updated_at >= %(since)s
+AND updated_at < %(until)s AND kind = %(kind)s AND target = %(target)s
 
 -- Pauses ------------------------------------------------------------------
 

@@ -152,4 +152,11 @@ ON DUPLICATE KEY UPDATE
 
 -- name: target_insert
 -- As for insert: IGNORE only skips the known key.
-INSERT IGNORE INTO {targets} ({target_columns}, updated_at) VALUES [rows:(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)]
+INSERT IGNORE INTO {targets} ({target_columns}, updated_at)
+VALUES [rows:(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)]
+
+-- name: pace_successes
+-- common.sql's, with the target compared byte for byte: the column folds case
+-- here (migration 0004 made only ids, kinds and tokens exact).
+SELECT COUNT(*) FROM {table} WHERE state = 'completed' AND updated_at >= %(since)s
+AND updated_at < %(until)s AND kind = %(kind)s AND BINARY target = %(target)s
