@@ -44,7 +44,8 @@ def switch(target: str, mode: str) -> None:
 
 def starts(target: str) -> list[float]:
     """When the partner ``target`` was called, in order."""
-    notes = Effect.objects.exclude(intent_id="switch").filter(note__startswith=f"{target} ")
+    notes = Effect.objects.exclude(intent_id__in=["switch", "accepted"])
+    notes = notes.filter(note__startswith=f"{target} ")
     return sorted(float(note.split()[2]) for note in notes.values_list("note", flat=True))
 
 
@@ -79,6 +80,33 @@ def test_a_hold_stops_the_claims_of_its_target_only_until_it_ends(
     wait_for(lambda: states(order["a"]) == {("completed", 1)}, "a after its hold", timeout=30)
     assert all(t >= first + 2.9 for t in starts("a")[len(during) :])
     assert Intent.objects.get(id=order["a"][0]).snoozes == 1
+    worker.signal(signal.SIGTERM)
+    worker.assert_clean_exit(timeout=15)
+
+
+def test_after_a_hold_the_pool_sends_at_the_pace_its_partner_took(
+    start_worker: Callable[..., Worker],  # noqa: F811 - the fixture
+) -> None:
+    """A partner that takes 5 requests a second and answers the rest 429 with a
+    Retry-After of 1 s, sent to by 8 threads: the first burst is refused beyond
+    its 5 (and the threads may send a second round before the 429 is written),
+    then the pool keeps to the pace the hold taught it. Holds that only ended
+    would send 8 at each end, 3 of them refused each second."""
+    order = enqueue(["a"] * 40, seconds=0.01)
+    switch("a", "limit:5:1")
+    worker = start_worker(
+        "--workers", "8", "--lease", "5", "--kinds", KIND, intents={"POLL_INTERVAL": 0.05}
+    )
+    wait_for(lambda: states(order["a"]) == {("completed", 1)}, "a to be delivered", timeout=60)
+    refused = sum(i.snoozes for i in Intent.objects.filter(id__in=order["a"]))
+    sent = starts("a")
+    taken = Effect.objects.filter(intent_id="accepted").values_list("note", flat=True)
+    after_first = [t for t in sent if t > sent[0] + 0.5]  # the first burst went out unknowing
+    taken_after = [t for t in (float(n.split()[1]) for n in taken) if t > sent[0] + 0.5]
+    assert len(after_first) - len(taken_after) <= 2, (sent, sorted(taken_after))
+    row = health("a")
+    assert row is not None and row.paced_until is not None  # held or closed: paced
+    assert len(starts("a")) == 40 + refused
     worker.signal(signal.SIGTERM)
     worker.assert_clean_exit(timeout=15)
 

@@ -81,7 +81,10 @@ def partner(intent: Intent, attempt: Attempt) -> None:
     """A partner per target: notes ``<target> <attempt> <unix time>`` at each start, then
     answers as the target is switched (an ``Effect`` with ``intent_id="switch"`` and
     ``note="<target> <mode>"``, the last one wins): ``up`` (the default) succeeds,
-    ``down`` fails, ``429:<seconds>`` snoozes holding the target."""
+    ``down`` fails, ``429:<seconds>`` snoozes holding the target, ``limit:<n>:<seconds>``
+    takes ``n`` requests in any window of that many seconds (each noted as an
+    ``Effect`` with ``intent_id="accepted"``) and answers the rest 429 with a
+    ``Retry-After`` of the window."""
     note(intent, f"{intent.target} {intent.attempts} {time.time():.3f}")
     time.sleep(options(intent).get("seconds", 0.0))
     switches = Effect.objects.filter(intent_id="switch", note__startswith=f"{intent.target} ")
@@ -91,6 +94,20 @@ def partner(intent: Intent, attempt: Attempt) -> None:
         raise ConnectionError(f"{intent.target} refused the connection")
     if mode.startswith("429:"):
         raise Retry(after=float(mode[4:]), reason="429 Too Many Requests", hold_target=True)
+    if mode.startswith("limit:"):
+        count, seconds = (float(part) for part in mode.split(":")[1:])
+        now = time.time()
+        accepted = Effect.objects.filter(intent_id="accepted", note__startswith=f"{intent.target} ")
+        recent = [
+            t
+            for t in accepted.values_list("note", flat=True)
+            if float(t.split()[1]) > now - seconds
+        ]
+        if len(recent) >= count:
+            raise Retry(after=seconds, reason="429 Too Many Requests", hold_target=True)
+        Effect.objects.create(
+            intent_id="accepted", claim_token="", note=f"{intent.target} {now:.3f}"
+        )
 
 
 @handler("test.stamp")
