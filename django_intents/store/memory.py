@@ -48,11 +48,7 @@ class ClaimMemory:
 
     def paces_due(self) -> bool:
         """Whether a claim reads the targets' paces first (twice a second, ``WATCH_EVERY``)."""
-        now = time.monotonic()
-        if now < self.paces_at:
-            return False
-        self.paces_at = now + WATCH_EVERY
-        return True
+        return self._turn("paces_at")
 
     def held(self) -> None:
         """A result just held a target: the next claim reads the paces again."""
@@ -60,10 +56,14 @@ class ClaimMemory:
 
     def watch_due(self) -> bool:
         """Whether a claim looks at the targets of its breakers first (twice a second)."""
+        return self._turn("watch_at")
+
+    def _turn(self, at: str) -> bool:
+        """Whether the look whose next time is the attribute ``at`` is due; if so, the next."""
         now = time.monotonic()
-        if now < self.watch_at:
+        if now < getattr(self, at):
             return False
-        self.watch_at = now + WATCH_EVERY
+        setattr(self, at, now + WATCH_EVERY)
         return True
 
     def settle_others(self, key: tuple[str, ...] | None, heard: int, due: bool) -> None:
