@@ -7,6 +7,7 @@ are prefixed ``test.`` to stay out of the way of anything else registered.
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
@@ -17,6 +18,10 @@ from .models import Effect
 
 # Longest any handler waits for something; far beyond every test's own timeout.
 PATIENCE = 60.0
+
+
+# The ``limit:`` partner's count, taken by one worker thread at a time.
+_PARTNER = threading.Lock()
 
 
 def note(intent: Intent, text: str) -> None:
@@ -96,18 +101,17 @@ def partner(intent: Intent, attempt: Attempt) -> None:
         raise Retry(after=float(mode[4:]), reason="429 Too Many Requests", hold_target=True)
     if mode.startswith("limit:"):
         count, seconds = (float(part) for part in mode.split(":")[1:])
-        now = time.time()
-        accepted = Effect.objects.filter(intent_id="accepted", note__startswith=f"{intent.target} ")
-        recent = [
-            t
-            for t in accepted.values_list("note", flat=True)
-            if float(t.split()[1]) > now - seconds
-        ]
-        if len(recent) >= count:
-            raise Retry(after=seconds, reason="429 Too Many Requests", hold_target=True)
-        Effect.objects.create(
-            intent_id="accepted", claim_token="", note=f"{intent.target} {now:.3f}"
-        )
+        with _PARTNER:  # one partner counts one request at a time, as a real one does
+            now = time.time()
+            accepted = Effect.objects.filter(
+                intent_id="accepted", note__startswith=f"{intent.target} "
+            )
+            notes = accepted.values_list("note", flat=True)
+            if sum(float(t.split()[1]) > now - seconds for t in notes) >= count:
+                raise Retry(after=seconds, reason="429 Too Many Requests", hold_target=True)
+            Effect.objects.create(
+                intent_id="accepted", claim_token="", note=f"{intent.target} {now:.3f}"
+            )
 
 
 @handler("test.stamp")
