@@ -342,12 +342,13 @@ class IntentManager(models.Manager.from_queryset(IntentQuerySet)):  # type: igno
         self, backend: Backend, filters: ClaimFilters, now: datetime, memory: ClaimMemory | None
     ) -> ClaimFilters:
         """``filters`` with the paces holds taught targets of the claimed kinds that have
-        no rate of their own (``store/targets.paces``); a pool reads them twice a second,
-        and at once after one of its results held a target."""
-        if memory is None or memory.paces_due():
-            paces = target_health.paces(backend, now=now, kinds=None)
-            if memory is not None:
-                memory.paces = paces
+        no rate of their own (``store/targets.paces``); a pool reads them twice a second
+        for every kind its claims take, and at once after one of its results held a
+        target; a claim without a memory reads those of its kinds."""
+        if memory is None:
+            paces = target_health.paces(backend, now=now, kinds=filters.kinds)
+        elif memory.paces_due():
+            paces = memory.paces = target_health.paces(backend, now=now, kinds=None)
         else:
             paces = memory.paces
         asked = None if filters.kinds is None else set(filters.kinds)

@@ -189,6 +189,16 @@ def test_after_a_hold_its_target_starts_only_as_fast_as_its_partner_took_around_
     assert Intent.objects.filter(id__in=ids, attempts__gt=1).count() == 0
 
 
+def test_a_pace_counts_only_the_successes_of_its_own_target(vendor):
+    # "A" is another target, whatever the collation of the target column.
+    others = enqueue(["A"] * 3, start=-80)
+    for claim in Intent.objects.claim_many(3, now=at(-1), lease=100, kinds=[HOOK]):
+        assert claim.id in others
+        assert Intent.objects.complete(claim.id, claim.claim_token, now=at(0.1))
+    taught()
+    assert claimed_targets(1.4) == ["a"] * 4 + ["b"] * 3
+
+
 def test_two_pools_share_one_learned_pace(vendor):
     taught()
     first, second = ClaimMemory(), ClaimMemory()

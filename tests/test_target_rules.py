@@ -232,6 +232,12 @@ def test_the_first_429_begins_the_pace_window_and_those_after_it_only_lengthen_t
     assert third.held_at == anew
 
 
+def test_a_429_to_a_breakers_open_target_lengthens_it_and_teaches_no_pace():
+    opened = Health(TargetHealth.OPEN, 5, 1, T0 + timedelta(seconds=10))
+    held = after(opened, Event.HOLD, now=T0, breaker=Breaker(5), until=T0 + timedelta(seconds=30))
+    assert held == Health(TargetHealth.OPEN, 5, 1, T0 + timedelta(seconds=30))
+
+
 def test_a_success_keeps_a_closed_targets_pace_and_a_breakers_opening_drops_it():
     held = after(None, Event.HOLD, now=T0, breaker=None, until=T0 + timedelta(seconds=1))
     closed = Health(until=held.until, held_at=held.held_at, paced_until=held.paced_until)

@@ -55,6 +55,12 @@ Rates = Mapping[str, Rate]
 Paces = Mapping[tuple[str, str], Rate]  # learned per (kind, target): rules.targets.learned_pace
 
 
+def rate_for(rates: Rates, paces: Paces, kind: str, target: str) -> Rate | None:
+    """The rate a target's starts are counted by: its kind's, else the pace a hold
+    taught it (SPEC §14), else none."""
+    return rates.get(kind) or paces.get((kind, target))
+
+
 @dataclass(frozen=True)
 class Started:
     """The starts of one rated (kind, target) inside its window at a claim's ``now``."""
@@ -282,7 +288,7 @@ class Admission:
 
     def _rate(self, kind: str, target: str) -> Rate | None:
         """The rate of a target: its kind's, else the pace a hold taught it, if any."""
-        return self._rates.get(kind) or self._paces.get((kind, target))
+        return rate_for(self._rates, self._paces, kind, target)
 
     def _spent(self) -> list[tuple[str, str]]:
         """The rated and paced (kind, target) pairs whose window has no room left."""

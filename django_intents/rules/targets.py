@@ -454,17 +454,19 @@ def _held(current: Health, probe: bool, now: Any, until: Any) -> Health:
     A hold that begins (the target was not held until later) starts the
     window its pace is learned over (``held_at``); a 429 within it only
     lengthens it. A half-open target with another probe out is left to that
-    probe's verdict.
+    probe's verdict. A breaker's target (open, or its probe answered 429)
+    stays open, longer, and learns no pace: its probes pace it (``opened``).
     """
     if current.state == TargetHealth.HALF_OPEN and not probe:
         return current
     holding = current.state in BLOCKING and current.until is not None and current.until > now
     later = max(current.until, until) if holding else until
+    if probe or current.state == TargetHealth.OPEN:
+        return replace(current, state=TargetHealth.OPEN, until=later, probe="")
     held_at = current.held_at if holding and current.held_at is not None else now
-    blocked = probe or current.state == TargetHealth.OPEN
     return replace(
         current,
-        state=TargetHealth.OPEN if blocked else TargetHealth.HELD,
+        state=TargetHealth.HELD,
         until=later,
         probe="",
         held_at=held_at,

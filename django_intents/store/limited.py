@@ -57,7 +57,7 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from django_intents.rules.batches import MAX_LIMIT
-from django_intents.rules.limits import Admission, Paces, Rates, Started, heads
+from django_intents.rules.limits import Admission, Paces, Rates, Started, heads, rate_for
 from django_intents.rules.targets import target_key
 from django_intents.store.claims import Claimed, ClaimFilters, Claims, claim_order
 from django_intents.store.rows import hydrate, take
@@ -202,7 +202,7 @@ def record_starts(
     older than twice the longest window, so that a claim whose ``now`` was read
     a moment before this one's still finds every start it must count
     (``Rate.room``)."""
-    counted = [i for i in taken if i.kind in rates or (i.kind, i.target) in paces]
+    counted = [i for i in taken if rate_for(rates, paces, i.kind, i.target) is not None]
     if not counted:
         return
     at = table.dt(now)
