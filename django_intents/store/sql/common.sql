@@ -100,11 +100,14 @@ AND ((kind, target) IN ([full_targets:(%s, %s)])) IS NOT TRUE
 state = 'open' OR state = 'held' AND until > %(now)s
 OR state = 'half_open' AND (probe <> '' OR ({key} IN ([exempt])) IS NOT TRUE)
 
+-- fragment: by_target
+-- An index hint after TargetState's name in target_open (MySQL's).
+
 -- fragment: target_open
 -- One lookup per row walked on the (kind, target) index of migration 0016,
 -- which finds nothing in an empty table; a set built per statement cost
 -- SQLite more than the claim itself with a few hundred rows.
-NOT EXISTS (SELECT 1 FROM {targets} AS s WHERE s.kind = {table}.kind
+NOT EXISTS (SELECT 1 FROM {targets} AS s {by_target} WHERE s.kind = {table}.kind
   AND s.target = {table}.target AND ({blocks}))
 
 -- fragment: claim_filters

@@ -14,6 +14,12 @@
 -- index instead, locking every row of the state: claimers then deadlock.
  FORCE INDEX (PRIMARY)
 
+-- fragment: by_target
+-- Without it MariaDB looks a walked row's target up on the (kind, state)
+-- index, reading every blocking row of the kind for each intent it walks: a
+-- claim of 32 past 300 held targets took 50 ms instead of 5 (bench/target_health.py).
+FORCE INDEX (intents_targets_kind_target)
+
 -- fragment: prioritized_due
 -- The same for priorities other than 0, on the virtual column of migration 0007.
 prioritized_state = 'pending' AND next_at <= %(now)s
