@@ -25,8 +25,27 @@ Layouts:
   table for the id.
 - ``split_keys``: ``split`` with an insert-only table of ids that decides
   idempotence, so that an enqueue racing a completion cannot resurrect it.
+- ``lease``: ``today``, but a claim writes no indexed column: it locks the
+  due rows and writes each lease (id, token, until) into a table of its
+  own; a completion deletes the lease and updates the row once. The claim
+  leaves out rows whose lease is live.
+- ``split_lease``: ``split`` with ``lease``'s claim: a completion deletes
+  the lease and moves the row.
+- ``split_hot``: ``split``, but no index of the live table names a column a
+  claim writes (no ``state`` predicate: every row there is pending or
+  running; no lease index), and its pages are left 30 % free, so that a
+  claim's update can be HOT: no index entry at all.
+- ``split_parts``: ``split_lease`` with the finished table partitioned by
+  day of ``updated_at`` (PostgreSQL's declarative partitions), each
+  partition with its own admin indexes; history lies in older partitions,
+  so a completion writes into the current day's small trees, and
+  retention drops a day's partition whole.
 
-``--history H`` stores H finished intents first; ``--snapshot`` holds a
+``--history H`` stores H finished intents first (finished a day before, so
+that they lie in their own partition where the finished are partitioned),
+and after the run times retention removing them: ``DELETE`` by
+``updated_at``, or dropping that day's partition, and the dead tuples left
+for vacuum; ``--snapshot`` holds a
 REPEATABLE READ snapshot open on a fourth connection for the whole run (the
 bloat pressure of "Postgres Job Queues & Failure By MVCC").
 """
@@ -89,6 +108,35 @@ SCHEMAS = {
     + ADMIN_INDEXES.format(t="done"),
 }
 SCHEMAS["split_keys"] = SCHEMAS["split"] + "CREATE TABLE keys (id varchar(64) PRIMARY KEY);"
+LEASES = (
+    "CREATE TABLE leases (id varchar(64) PRIMARY KEY, token varchar(32) NOT NULL, "
+    "until timestamptz NOT NULL);"
+)
+LEASED = ("lease", "split_lease", "split_parts")
+SCHEMAS["split_hot"] = (
+    f"CREATE TABLE intents ({COLUMNS}) WITH (fillfactor = 70); CREATE TABLE done ({COLUMNS});"
+    + "CREATE INDEX intents_claimable ON intents (next_at, created_at, id, priority);"
+    + "CREATE INDEX intents_high ON intents (priority DESC, next_at, created_at, id) "
+    + "WHERE priority > 0;"
+    + "CREATE INDEX intents_low ON intents (priority DESC, next_at, created_at, id) "
+    + "WHERE priority < 0;"
+    + ADMIN_INDEXES.format(t="done")
+)
+SCHEMAS["lease"] = SCHEMAS["today"] + LEASES
+SCHEMAS["split_lease"] = SCHEMAS["split"] + LEASES
+# Finished intents by day: yesterday's partition takes the history, today's the run.
+SCHEMAS["split_parts"] = (
+    f"CREATE TABLE intents ({COLUMNS});"
+    + LIVE_INDEXES.format(t="intents")
+    + LEASES
+    + f"CREATE TABLE done ({COLUMNS.replace(' PRIMARY KEY', '')}) PARTITION BY RANGE (updated_at);"
+    + "CREATE TABLE done_old PARTITION OF done FOR VALUES FROM (MINVALUE) "
+    + "TO (date_trunc('day', now()));"
+    + "CREATE TABLE done_today PARTITION OF done FOR VALUES FROM (date_trunc('day', now())) "
+    + "TO (date_trunc('day', now()) + interval '2 days');"
+    + "CREATE INDEX done_id ON done (id);"
+    + ADMIN_INDEXES.format(t="done")
+)
 
 INSERT_ROWS = (
     "SELECT v.id, 'noop', v.id, 'https://partner.example/', '{}'::jsonb, 'pending', 0, "
@@ -103,7 +151,8 @@ ENQUEUE = {
     "ON CONFLICT DO NOTHING RETURNING id) "
     f"INSERT INTO intents {INSERT_ROWS.replace('unnest(%s::text[]) AS v(id)', 'k AS v')}",
 }
-ENQUEUE["lean"] = ENQUEUE["today"]
+ENQUEUE["lean"] = ENQUEUE["lease"] = ENQUEUE["today"]
+ENQUEUE["split_lease"] = ENQUEUE["split_parts"] = ENQUEUE["split_hot"] = ENQUEUE["split"]
 CLAIM = (
     "WITH due AS MATERIALIZED (SELECT id FROM intents WHERE "
     f"{ACTIVE} AND next_at <= now() AND NOT (state = 'running' AND claim_until > now()) "
@@ -111,6 +160,16 @@ CLAIM = (
     "UPDATE intents AS t SET state = 'running', attempts = t.attempts + 1, "
     "claim_token = md5(%s || t.id), claim_until = now() + interval '30 seconds', "
     "updated_at = now() FROM due WHERE t.id = due.id RETURNING t.id, t.claim_token"
+)
+# The due rows without a live lease, locked; a lease each, taking over an expired one.
+CLAIM_LEASE = (
+    "WITH due AS MATERIALIZED (SELECT id FROM intents WHERE "
+    f"{ACTIVE} AND next_at <= now() AND NOT EXISTS (SELECT 1 FROM leases AS l "
+    "WHERE l.id = intents.id AND l.until > now()) "
+    "AND priority = 0 ORDER BY next_at, created_at, id LIMIT %s FOR UPDATE SKIP LOCKED) "
+    "INSERT INTO leases (id, token, until) SELECT due.id, md5(%s || due.id), "
+    "now() + interval '30 seconds' FROM due ON CONFLICT (id) DO UPDATE "
+    "SET token = excluded.token, until = excluded.until RETURNING id, token"
 )
 COMPLETE_IN_PLACE = (
     "UPDATE intents AS t SET state = 'completed', claim_token = '', claim_until = NULL, "
@@ -124,11 +183,30 @@ COMPLETE_MOVE = (
     "next_at, created_at, now(), last_error, '', NULL, snoozes, priority, trace_context "
     "FROM moved"
 )
+ENDED_LEASES = (
+    "WITH ended AS (DELETE FROM leases AS l USING unnest(%s::text[], %s::text[]) "
+    "AS v(id, token) WHERE l.id = v.id AND l.token = v.token RETURNING l.id) "
+)
+COMPLETE_LEASE = (
+    ENDED_LEASES + "UPDATE intents AS t SET state = 'completed', attempts = t.attempts + 1, "
+    "updated_at = now() FROM ended WHERE t.id = ended.id"
+)
+COMPLETE_LEASE_MOVE = (
+    ENDED_LEASES + ", moved AS (DELETE FROM intents AS t USING ended WHERE t.id = ended.id "
+    "RETURNING t.*) "
+    "INSERT INTO done SELECT id, kind, event_id, target, payload, 'completed', attempts + 1, "
+    "next_at, created_at, now(), last_error, '', NULL, snoozes, priority, trace_context "
+    "FROM moved"
+)
 COMPLETE = {
+    "lease": COMPLETE_LEASE,
+    "split_lease": COMPLETE_LEASE_MOVE,
+    "split_parts": COMPLETE_LEASE_MOVE,
     "today": COMPLETE_IN_PLACE,
     "lean": COMPLETE_IN_PLACE,
     "split": COMPLETE_MOVE,
     "split_keys": COMPLETE_MOVE,
+    "split_hot": COMPLETE_MOVE,
 }
 
 
@@ -168,9 +246,10 @@ def one_run(layout: str, n: int, batch: int, history: int, snapshot: bool) -> di
         setup.execute(SCHEMAS[layout])
         if history:
             table = "done" if layout.startswith("split") else "intents"
-            setup.execute(
+            setup.execute(  # finished yesterday: in done_old where the finished are partitioned
                 f"INSERT INTO {table} SELECT md5('h' || g), 'noop', 'h' || g, 't', '{{}}', "
-                "'completed', 1, now(), now(), now(), '', '', NULL, 0, 0, '' "
+                "'completed', 1, now() - interval '1 day', now() - interval '1 day', "
+                "now() - interval '1 day', '', '', NULL, 0, 0, '' "
                 "FROM generate_series(1, %s) AS g",
                 [history],
             )
@@ -192,7 +271,7 @@ def one_run(layout: str, n: int, batch: int, history: int, snapshot: bool) -> di
         claim_seconds: list[float] = []
         while done < n:
             t0 = time.perf_counter()
-            claimed = claim.run(CLAIM, [batch, salt])
+            claimed = claim.run(CLAIM_LEASE if layout in LEASED else CLAIM, [batch, salt])
             claim_seconds.append(time.perf_counter() - t0)
             if not claimed:
                 break
@@ -200,12 +279,23 @@ def one_run(layout: str, n: int, batch: int, history: int, snapshot: bool) -> di
             done += len(claimed)
         seconds = time.perf_counter() - started
         written = wal(setup) - started_wal
+        for verb in (enqueue, claim, complete):  # their counts into the statistics now
+            verb.conn.execute("SELECT pg_stat_force_next_flush()")
+        setup.execute("SELECT pg_stat_force_next_flush()")
+        updated, hot = setup.execute(
+            "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE relname = 'intents'"
+        ).fetchone()
         left = setup.execute("SELECT count(*) FROM intents WHERE state <> 'completed'").fetchone()[
             0
         ]
+        if layout.startswith("split"):
+            finished = setup.execute("SELECT count(*) FROM done").fetchone()[0]
+            if finished != n + history:
+                raise RuntimeError(f"{layout}: {finished} finished rows, not {n + history}")
         size = setup.execute("SELECT pg_database_size(current_database())").fetchone()[0]
         if holder is not None:
             holder.close()
+        pruned = prune(setup, layout) if history else {}
         for verb in (enqueue, claim, complete):
             verb.conn.close()
     if done != n or left:
@@ -221,7 +311,31 @@ def one_run(layout: str, n: int, batch: int, history: int, snapshot: bool) -> di
         "claim_p99_ms": claim_seconds[int(len(claim_seconds) * 0.99)] * 1000,
         "per_s": n / seconds,
         "db_mb": size / 2**20,
+        "hot_share": hot / updated if updated else 0.0,
+        **pruned,
     }
+
+
+def prune(conn: psycopg.Connection[Any], layout: str) -> dict[str, Any]:
+    """Retention of the history: its partition dropped, or its rows deleted."""
+    table = "done" if layout.startswith("split") else "intents"
+    if layout == "split_parts":
+        removed = conn.execute("SELECT count(*) FROM done_old").fetchone()[0]
+    began = time.perf_counter()
+    if layout == "split_parts":
+        conn.execute("ALTER TABLE done DETACH PARTITION done_old")
+        conn.execute("DROP TABLE done_old")
+    else:
+        removed = conn.execute(
+            f"DELETE FROM {table} WHERE updated_at < date_trunc('day', now())"
+        ).rowcount
+    seconds = time.perf_counter() - began
+    conn.execute("SELECT pg_stat_force_next_flush()")
+    dead = conn.execute(
+        "SELECT coalesce(sum(n_dead_tup), 0) FROM pg_stat_user_tables WHERE relname LIKE %s",
+        [f"{table}%"],
+    ).fetchone()[0]
+    return {"prune_s": seconds, "pruned": removed, "dead_after_prune": int(dead)}
 
 
 def main() -> int:
@@ -259,7 +373,10 @@ def main() -> int:
         "claim_p99_ms",
         "per_s",
         "db_mb",
+        "hot_share",
     ]
+    if args.history:
+        keys += ["prune_s", "dead_after_prune"]
     print("| layout | " + " | ".join(keys) + " |")
     print("|---" * (len(keys) + 1) + "|")
     for layout in layouts:
