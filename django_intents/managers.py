@@ -742,7 +742,7 @@ class IntentManager(models.Manager.from_queryset(IntentQuerySet)):  # type: igno
     def end_holds(self, *, now: datetime | None = None) -> int:
         """Delete the rows of holds that are over (a pool's housekeeping); how many changed."""
         now, backend = now_or(now, self._alias()), self._backend()
-        changes = target_health.ended(backend, now=now)
+        changes = target_health.ended(backend, now=now, rated=rates_of(get_settings().targets))
         self._changed(changes, backend)
         return len(changes)
 

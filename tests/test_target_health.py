@@ -23,7 +23,7 @@ from django.utils import timezone
 
 from django_intents import Retry
 from django_intents.attempt import Attempt
-from django_intents.models import Intent, TargetState
+from django_intents.models import Intent, TargetStart, TargetState
 from django_intents.rules.targets import Event, target_key
 from django_intents.signals import Outcome, target_state_changed
 from django_intents.store import backend_for
@@ -220,6 +220,34 @@ def test_a_learned_pace_is_kept_in_a_closed_row_and_swept_when_it_is_over(vendor
     assert row("a") is None
     assert claimed_targets(62) == ["a"] * 3  # free again: every due one at once
     assert changes == [(HOOK, "a", "held", "closed"), (HOOK, "a", "closed", "held")]
+
+
+def starts(target: str) -> int:
+    return TargetStart.objects.filter(target_key=target_key(HOOK, target)).count()
+
+
+def test_a_pace_that_is_over_takes_its_targets_starts_with_it(vendor):
+    """Only the claims of a paced target prune its starts; after the pace none comes."""
+    taught()
+    assert claimed_targets(1.4) == ["a"] * 4 + ["b"] * 3
+    assert starts("a") == 4 and starts("b") == 0
+    assert Intent.objects.end_holds(now=at(5)) == 1  # held to closed: the pace stays
+    assert starts("a") == 4
+    assert Intent.objects.end_holds(now=at(61.4)) == 0
+    assert row("a") is None and starts("a") == 0
+    assert TargetStart.objects.count() == 0
+
+
+def test_a_rated_kind_keeps_its_starts_when_a_pace_ends(vendor):
+    taught()
+    with settings(rate="100/s"):
+        assert claimed_targets(1.4) == ["a"] * 7 + ["b"] * 3  # the kind's own rate counts
+        counted = starts("a")
+        assert counted == 7
+        Intent.objects.end_holds(now=at(5))
+        assert Intent.objects.end_holds(now=at(61.4)) == 0
+        assert row("a") is None
+        assert starts("a") == counted  # the rate's own claims prune them, by its window
 
 
 def test_a_hold_by_hand_forgets_a_learned_pace(vendor):

@@ -183,9 +183,14 @@ def take_probe(backend: Backend, key: str, intent: str, *, now: datetime) -> boo
     return bool(backend.table.count("target_probe", id=intent, key=key, now=backend.table.dt(now)))
 
 
-def ended(backend: Backend, *, now: datetime) -> list[Change]:
+def ended(backend: Backend, *, now: datetime, rated: Iterable[str] = ()) -> list[Change]:
     """Holds and paces that are over: each row goes, or keeps what it still counts (the
-    failures, a pace), as closed."""
+    failures, a pace), as closed.
+
+    A pace that ends takes its target's starts (``TargetStart``) with it, unless
+    its kind has a ``rate`` of its own (``rated``), which counts them: only the
+    claims of a paced target prune them, and once its pace is over none may come.
+    """
     table = backend.table
     rows = _rows(backend, table.run("target_ended", now=table.dt(now)))
     if not rows:
@@ -209,6 +214,16 @@ def ended(backend: Backend, *, now: datetime) -> list[Change]:
                 continue
             kept = health.unpaced(now)
             current[key] = None if kept.plain else kept
+        rated = set(rated)
+        unpaced = [
+            key
+            for key, health in sorted(current.items())
+            if found[key].health.paced_until is not None
+            and (health is None or health.paced_until is None)
+            and found[key].kind not in rated
+        ]
+        if unpaced:
+            table.execute(cursor, "pace_starts_delete", keys=unpaced)
         names = {key: (row.kind, row.target) for key, row in found.items()}
         return _write(backend, cursor, found, current, names, now)
 

@@ -249,6 +249,11 @@ SELECT id, state, claim_until FROM {table} WHERE id IN ([ids])
 SELECT {target_columns} FROM {targets} WHERE state = 'held' AND until <= %(now)s
 OR state = 'closed' AND (failures = 0 AND paced_until IS NULL OR paced_until <= %(now)s)
 
+-- name: pace_starts_delete
+-- The starts recorded for targets whose pace is over, of kinds without a rate
+-- (store/targets.ended): no claim of theirs will prune them now.
+DELETE FROM {starts} WHERE target_key IN ([keys])
+
 -- name: target_paces
 -- The targets a handler's hold taught a pace that is not over (a look on the
 -- index of migration 0017): the hold's start and end.
