@@ -9,9 +9,11 @@ or a database of its own on the PostgreSQL or MariaDB server, reached through
 
 from __future__ import annotations
 
+import contextlib
 import http.cookiejar
 import os
 import queue
+import random
 import re
 import signal
 import socket
@@ -39,18 +41,27 @@ TABLE_ROW = re.compile(r"^([\w.]+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)$", re
 
 
 def free_port_pair() -> int:
-    """A port that is free, and so is the next one (the workers' metrics)."""
-    for _ in range(50):
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = int(sock.getsockname()[1])
+    """A port that is free, and so is the next one (the workers' metrics).
+
+    Drawn below the kernel's ephemeral range (``ip_local_port_range``, from
+    32768 by default): a port the kernel handed out for the probe is the kind
+    it hands the next outgoing connection too, and one did take the metrics'
+    port between this check and the workers' bind while another suite ran.
+    """
+    low = 32768
+    with contextlib.suppress(OSError, ValueError):
+        low = max(5000, int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0]))
+    chooser = random.Random()
+    for _ in range(200):
+        port = chooser.randrange(max(1024, low - 12_000), low - 1)
         try:
-            with socket.socket() as sock:
-                sock.bind(("127.0.0.1", port + 1))
+            for candidate in (port, port + 1):
+                with socket.socket() as sock:
+                    sock.bind(("127.0.0.1", candidate))
         except OSError:
             continue
         return port
-    raise RuntimeError("no two consecutive free ports")
+    raise RuntimeError("no two consecutive free ports below the ephemeral range")
 
 
 def listening(port: int) -> bool:

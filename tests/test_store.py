@@ -440,6 +440,7 @@ def test_every_database_defines_the_same_statements_for_the_shared_verbs():
         "rate_prune",
         "target_paces",
         "pace_successes",
+        "pace_starts_delete",
     }
     own = {
         "sqlite": {"claim_update", "begin_immediate", "commit", "rollback", "data_version"},
