@@ -384,22 +384,29 @@ def test_an_attempt_running_when_the_target_opens_finishes_and_its_success_close
         assert claimed_targets(4) == ["a"]
 
 
+def claim_plan(vendor: str, targets: int, step: int) -> list[str]:
+    """The lines of the plan of a claim with one due intent for each of ``targets``
+    targets, every ``step``-th of them held."""
+    from django_intents.store.claims import ClaimFilters
+
+    enqueue([f"t{i}" for i in range(targets)])
+    Intent.objects.record_target_events(
+        [event(f"t{i}", Event.HOLD, until=at(500)) for i in range(0, targets, step)], now=at(0)
+    )
+    backend = backend_for(connection, Intent)
+    [(claim, params)] = backend.claim_queries(now=at(300), limit=8, filters=ClaimFilters())
+    explain = "EXPLAIN QUERY PLAN " if vendor == "sqlite" else "EXPLAIN "
+    with backend.cursor() as cursor:
+        cursor.execute(f"{explain}{claim}", params)
+        return [" ".join(map(str, line)) for line in cursor.fetchall()]
+
+
 def test_the_claims_read_the_held_targets_as_one_set_not_a_lookup_per_row(vendor):
     """The plan of the claim on PostgreSQL: the claim index walked in order, the
     targets read once (a hashed subplan), whatever the number of rows."""
     if vendor != "postgresql":
         pytest.skip("the plan is PostgreSQL's")
-    from django_intents.store.claims import ClaimFilters
-
-    enqueue([f"t{i}" for i in range(200)])
-    Intent.objects.record_target_events(
-        [event(f"t{i}", Event.HOLD, until=at(500)) for i in range(0, 200, 7)], now=at(0)
-    )
-    backend = backend_for(connection, Intent)
-    [(claim, params)] = backend.claim_queries(now=at(300), limit=8, filters=ClaimFilters())
-    with backend.cursor() as cursor:
-        cursor.execute("EXPLAIN " + claim, params)
-        plan = "\n".join(line for (line,) in cursor.fetchall())
+    plan = "\n".join(claim_plan(vendor, 200, 7))
     assert "hashed SubPlan" in plan or "hashed subplan" in plan.lower(), plan
     scans = [line for line in plan.splitlines() if f"on {TargetState._meta.db_table}" in line]
     assert len(scans) == 3, plan  # once per priority branch, not once per row
@@ -415,18 +422,7 @@ def test_the_claims_look_a_walked_rows_target_up_by_kind_and_target(vendor):
     targets cost ten times one past none (bench/target_health.py)."""
     if vendor == "postgresql":
         pytest.skip("PostgreSQL reads the blocking rows as one set (the test above)")
-    from django_intents.store.claims import ClaimFilters
-
-    enqueue([f"t{i}" for i in range(60)])
-    Intent.objects.record_target_events(
-        [event(f"t{i}", Event.HOLD, until=at(500)) for i in range(0, 60, 2)], now=at(0)
-    )
-    backend = backend_for(connection, Intent)
-    [(claim, params)] = backend.claim_queries(now=at(300), limit=8, filters=ClaimFilters())
-    explain = "EXPLAIN QUERY PLAN " if vendor == "sqlite" else "EXPLAIN "
-    with backend.cursor() as cursor:
-        cursor.execute(f"{explain}{claim}", params)
-        plan = [" ".join(map(str, line)) for line in cursor.fetchall()]
+    plan = claim_plan(vendor, 60, 2)
     lookups = [line for line in plan if "intents_targets_" in line]
     assert lookups, "\n".join(plan)
     assert all("intents_targets_kind_target" in line for line in lookups), "\n".join(plan)

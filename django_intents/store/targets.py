@@ -214,13 +214,13 @@ def ended(backend: Backend, *, now: datetime, rated: Iterable[str] = ()) -> list
                 continue
             kept = health.unpaced(now)
             current[key] = None if kept.plain else kept
-        rated = set(rated)
+        rated_kinds = set(rated)
         unpaced = [
             key
             for key, health in sorted(current.items())
             if found[key].health.paced_until is not None
             and (health is None or health.paced_until is None)
-            and found[key].kind not in rated
+            and found[key].kind not in rated_kinds
         ]
         if unpaced:
             table.execute(cursor, "pace_starts_delete", keys=unpaced)
