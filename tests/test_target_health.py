@@ -29,6 +29,7 @@ from django_intents.signals import Outcome, target_state_changed
 from django_intents.store import backend_for
 from django_intents.store.endings import Ending
 from django_intents.store.memory import ClaimMemory
+from django_intents.store.table import Table
 from django_intents.store.targets import TargetEvent
 from django_intents.worker.execution import Claim
 from django_intents.worker.recorder import Recorder
@@ -345,6 +346,34 @@ def test_two_pools_in_half_open_claim_one_probe_between_them(vendor):
         assert row("a").probe in ids
         rest = [i for i in ids if i != row("a").probe]
         assert untouched(rest) == [("pending", 0), ("pending", 0)]
+
+
+def test_a_pool_whose_look_raced_the_half_opening_leaves_the_other_pools_probe_out(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two pools look at the target as its cooldown ends: the first half-opens it and
+    claims its probe while the second waits for the row's lock. The second must
+    find the probe running, not lost (its look read no probe), or a second
+    intent is sent to a partner that is down."""
+    with settings():
+        ids = enqueue(["a", "a", "a"])
+        fail("a", 0, 3)
+        first, second = ClaimMemory(), ClaimMemory()
+        taken: list[Any] = []
+        look = Table.run
+
+        def racing(table: Table, name: str, /, **params: Any) -> list[Any]:
+            rows = look(table, name, **params)
+            if name == "target_watch" and not taken:  # the second pool's look, then the first
+                taken.append(None)
+                taken[:] = Intent.objects.claim_many(10, now=at(11), lease=5, memory=first)
+            return rows
+
+        monkeypatch.setattr(Table, "run", racing)
+        second_claimed = Intent.objects.claim_many(10, now=at(11), lease=5, memory=second)
+        assert [i.id for i in taken] == [ids[0]] and second_claimed == []
+        assert (row("a").state, row("a").probe) == ("half_open", ids[0])
+        assert untouched(ids) == [("running", 1), ("pending", 0), ("pending", 0)]
 
 
 def test_a_probe_whose_lease_expires_counts_as_a_failure():

@@ -139,12 +139,7 @@ def watch(
     rows = _rows(backend, table.run("target_watch", kinds=list(kinds), now=table.dt(now)))
     if not rows:
         return {}, []
-    probes = [row.health.probe for row in rows.values() if row.health.probe]
-    states: dict[str, tuple[str, Any]] = {}
-    if probes:
-        lease_of = table.converter(table.model, "claim_until")
-        for id, state, lease in table.run("probe_states", ids=probes):  # noqa: A001
-            states[id] = (state, lease_of(lease))
+    states = _probe_states(backend, rows.values())
     moved = {
         key
         for key, row in rows.items()
@@ -155,6 +150,11 @@ def watch(
         with backend.write_transaction(), table.cursor() as cursor:
             locked = table.execute(cursor, "target_rows", keys=sorted(moved)).fetchall()
             found = _rows(backend, locked)
+            # Read again under the rows' locks: another pool may have half-opened a
+            # target and taken its probe since the look, and a probe the look did
+            # not see is not lost. The recorder locks the row to report a probe,
+            # so its state is read here before, never during, that report.
+            states = _probe_states(backend, found.values())
             current: dict[str, Health | None] = {}
             for key, row in found.items():
                 health, breaker = row.health, breakers.get(row.kind)
@@ -226,6 +226,19 @@ def ended(backend: Backend, *, now: datetime, rated: Iterable[str] = ()) -> list
             table.execute(cursor, "pace_starts_delete", keys=unpaced)
         names = {key: (row.kind, row.target) for key, row in found.items()}
         return _write(backend, cursor, found, current, names, now)
+
+
+def _probe_states(backend: Backend, rows: Iterable[Row]) -> dict[str, tuple[str, Any]]:
+    """The state and lease of each probe out among ``rows``, by the probe's id."""
+    table = backend.table
+    probes = sorted({row.health.probe for row in rows if row.health.probe})
+    if not probes:
+        return {}
+    lease_of = table.converter(table.model, "claim_until")
+    return {
+        id: (state, lease_of(lease))
+        for id, state, lease in table.run("probe_states", ids=probes)  # noqa: A001
+    }
 
 
 def _lost(health: Health, states: Mapping[str, tuple[str, Any]], now: datetime) -> bool:
