@@ -9,6 +9,7 @@ from django.core.checks import CheckMessage, Error, register
 
 from django_intents.conf import get_settings, parse
 from django_intents.handlers import check_kind, problems
+from django_intents.routers import TargetShardRouter
 
 SCHEDULE_KIND = "django_intents.E008"
 
@@ -59,3 +60,27 @@ def check_schedule_kinds(app_configs: Any = None, **kwargs: Any) -> list[CheckMe
                 )
             )
     return found
+
+
+SHARDS_UNSET = "django_intents.E012"
+
+
+@register()
+def check_shard_router(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """``TargetShardRouter`` spreads targets over ``INTENTS["DATABASES"]``: without it,
+    every enqueue would fail, so the deploy fails instead."""
+    _, errors = parse(getattr(settings, "INTENTS", None))
+    if errors or get_settings().databases is not None:
+        return []
+    routers = getattr(settings, "DATABASE_ROUTERS", [])
+    named = f"{TargetShardRouter.__module__}.{TargetShardRouter.__qualname__}"
+    if not any(r == named or isinstance(r, TargetShardRouter) for r in routers):
+        return []
+    return [
+        Error(
+            "DATABASE_ROUTERS has TargetShardRouter, but INTENTS['DATABASES'] is not set",
+            hint="List the database aliases to spread targets over in INTENTS['DATABASES'].",
+            obj="INTENTS['DATABASES']",
+            id=SHARDS_UNSET,
+        )
+    ]

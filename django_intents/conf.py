@@ -57,6 +57,8 @@ class IntentSettings:
     targets: Mapping[str, TargetPolicy] = field(default_factory=dict)
     schedules: Mapping[str, Schedule] = field(default_factory=dict)
     listen_database: str | None = None
+    # The aliases the queue lives on (issue 41); None: the one the router picks.
+    databases: tuple[str, ...] | None = None
 
     @property
     def renew_interval(self) -> float:
@@ -158,6 +160,23 @@ def _alias(key: str, value: Any) -> str | None:
     return value
 
 
+def _databases(key: str, value: Any) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    if isinstance(value, str) or not isinstance(value, list | tuple):
+        raise SettingError(key, f"must be a list of database aliases, not {value!r}")
+    if not value:
+        raise SettingError(key, "must list at least one database alias (or be None)")
+    for alias in value:
+        if not isinstance(alias, str):
+            raise SettingError(key, f"entry {alias!r} is not a database alias")
+        _alias(key, alias)
+    twice = sorted({alias for alias in value if value.count(alias) > 1})
+    if twice:
+        raise SettingError(key, f"lists {', '.join(map(repr, twice))} more than once")
+    return tuple(value)
+
+
 def _limits(
     key: str, value: Any
 ) -> tuple[dict[str, Limit], dict[str, float], dict[str, TargetPolicy]]:
@@ -190,6 +209,7 @@ _PARSERS: dict[str, tuple[str, Callable[[str, Any], Any]]] = {
     "LIMITS": ("limits", _limits),
     "SCHEDULES": ("schedules", _schedules),
     "LISTEN_DATABASE": ("listen_database", _alias),
+    "DATABASES": ("databases", _databases),
 }
 
 

@@ -17,6 +17,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import sync_to_async
+from django.core.exceptions import ImproperlyConfigured
 from django.db import connections, models, router, transaction
 from django.db.models import Q
 
@@ -35,7 +36,7 @@ from django_intents.rules.targets import (
     hold_for,
     target_key,
 )
-from django_intents.rules.validation import aware, item_row, later, new_row
+from django_intents.rules.validation import aware, item_row, later, new_row, stamp
 from django_intents.signals import intents_rescued, intents_transitioned, target_state_changed
 from django_intents.store import Backend, ClaimFilters, backend_for
 from django_intents.store import targets as target_health
@@ -127,18 +128,11 @@ class IntentManager(models.Manager.from_queryset(IntentQuerySet)):  # type: igno
         A kind that no handler runs (and that ``INTENTS["EXTERNAL_KINDS"]`` does
         not list) is refused with a ``ValueError``, like any other invalid argument.
         """
-        row = new_row(
-            kind,
-            event_id,
-            target,
-            payload,
-            next_at,
-            id,
-            now_or(now, self._alias()),
-            priority=priority,
-        )
+        given = None if now is None else aware("now", now)
+        row = new_row(kind, event_id, target, payload, next_at, id, None, priority=priority)
         check_kind(row["kind"])
-        backend = self._backend()
+        backend = self._backend(self._route(row))
+        stamp(row, now_or(given, backend.alias))
         with sending([row]):
             self._announce(states.State.PENDING, backend.insert([row]), backend)
         return str(row["id"])
@@ -146,19 +140,31 @@ class IntentManager(models.Manager.from_queryset(IntentQuerySet)):  # type: igno
     def enqueue_many(
         self, items: Iterable[Mapping[str, Any]], *, now: datetime | None = None
     ) -> list[str]:
-        """Record many intents; every item is checked before anything is written."""
-        now = now_or(now, self._alias())
+        """Record many intents; every item is checked before anything is written.
+
+        Routed to several databases (``INTENTS["DATABASES"]``), each database's
+        share is written in its own transaction, in the order the items came;
+        the result keeps the items' order whatever database each went to.
+        """
+        given = None if now is None else aware("now", now)
         if isinstance(items, Mapping | str | bytes):
             raise TypeError("items must be an iterable of dicts, not a single value")
-        rows = [item_row(index, item, now) for index, item in enumerate(items)]
+        rows = [item_row(index, item, None) for index, item in enumerate(items)]
         for kind in {row["kind"] for row in rows}:
             check_kind(kind)
         unique = list({row["id"]: row for row in reversed(rows)}.values())[::-1]
-        backend = self._backend()
-        with sending(unique), _atomic_if(len(unique) > INSERT_BATCH, backend.alias):
-            for start in range(0, len(unique), INSERT_BATCH):
-                kinds = backend.insert(unique[start : start + INSERT_BATCH])
-                self._announce(states.State.PENDING, kinds, backend)
+        shares: dict[str, list[dict[str, Any]]] = {}
+        for row in unique:
+            shares.setdefault(self._route(row), []).append(row)
+        for alias, share in shares.items():
+            backend = self._backend(alias)
+            at = now_or(given, alias)
+            for row in share:
+                stamp(row, at)
+            with sending(share), _atomic_if(len(share) > INSERT_BATCH, alias):
+                for start in range(0, len(share), INSERT_BATCH):
+                    kinds = backend.insert(share[start : start + INSERT_BATCH])
+                    self._announce(states.State.PENDING, kinds, backend)
         return [str(row["id"]) for row in rows]
 
     # Django's ``a`` prefix (``QuerySet.aget``): the database is reached from a
@@ -800,8 +806,24 @@ class IntentManager(models.Manager.from_queryset(IntentQuerySet)):  # type: igno
     def _alias(self) -> str:
         return self._db or router.db_for_write(self.model)
 
-    def _backend(self) -> Backend:
-        return backend_for(connections[self._alias()], self.model)
+    def _backend(self, alias: str | None = None) -> Backend:
+        return backend_for(connections[alias or self._alias()], self.model)
+
+    def _route(self, row: Mapping[str, Any]) -> str:
+        """The database a new intent goes to: ``.using()``'s, else the routers' answer
+        for its kind, target and id, which must be one of ``INTENTS["DATABASES"]``."""
+        if self._db:
+            return str(self._db)
+        alias = router.db_for_write(
+            self.model, kind=row["kind"], target=row["target"], id=row["id"]
+        )
+        aliases = get_settings().databases
+        if aliases is not None and alias not in aliases:
+            raise ImproperlyConfigured(
+                f"the database routers sent intent {row['id']!r} (target {row['target']!r}) "
+                f"to {alias!r}, which INTENTS['DATABASES'] does not list ({', '.join(aliases)})"
+            )
+        return str(alias)
 
     def _moved(self, to: str, kinds: list[str], backend: Backend) -> bool:
         self._announce(to, kinds, backend)

@@ -7,7 +7,7 @@ Python 3.12+), installs the project with its development group, and runs the
 suite once per database. SQLite always runs; PostgreSQL and MariaDB/MySQL run
 when a server answers (settings in tests/settings.py, overridable with PGHOST,
 MYSQL_HOST, ...), and the store and worker tests run again through PgBouncer
-in transaction mode when one answers on port 6432 (``tests/pgbouncer/start``). Then, once per run, the stages a user meets before the code:
+in transaction mode when one answers on port 6432 (``tests/pgbouncer/start``). ``tests/test_shards.py``, which needs two databases, runs in suites of its own ("shards": SQLite twice, PostgreSQL twice, PostgreSQL with SQLite), once per run. Then, once per run, the stages a user meets before the code:
 ``packaging`` (build the sdist and wheel, ``twine check``, list the wheel),
 ``quickstart`` (the README's quickstart from that wheel in a fresh venv,
 tests/quickstart.py) and ``docs`` (the site, ``mkdocs build --strict``), with
@@ -103,6 +103,10 @@ POOLED_SUITE = [
     "tests/test_worker_process.py",
     "tests/test_worker_async.py",
 ]
+# Several databases in one process (issue 41): tests/test_shards.py with a second
+# alias, "shard", of the vendor named second. Once per run, with the newest Django.
+SHARD_PAIRS = [("sqlite", "sqlite"), ("postgresql", "postgresql"), ("postgresql", "sqlite")]
+SHARD_SUITE = ["tests/test_shards.py"]
 
 
 def say(message: str) -> None:
@@ -372,6 +376,23 @@ def main() -> int:
             command = [*pytest, *chosen, *args.pytest_args]
             seconds = SUITE_SECONDS[vendor] + (SOAK_SECONDS if last else 0)
             suites.append(Suite(label, command, env, report, seconds))
+            results.append((label, "not run"))
+        for first, second in SHARD_PAIRS if last else []:
+            label = f"Django {version} / shards {first}+{second}"
+            if first not in vendors or second not in vendors:
+                continue
+            why = reachable(first, venv) or reachable(second, venv)
+            if why:
+                results.append((label, f"skipped: {why}"))
+                skipped = True
+                continue
+            env = {**os.environ, "INTENTS_TEST_DB": first, "INTENTS_TEST_SHARD": second}
+            env["INTENTS_TEST_DB_SUFFIX"] = f"_{version.replace('.', '')}_shards_{second}"
+            report = ROOT / ".tmp" / f"junit-{version}-shards-{first}-{second}.xml"
+            pytest = [str(venv / "bin" / "python"), "-m", "pytest", "-q", f"--junit-xml={report}"]
+            pytest.append(f"--basetemp={ROOT / '.tmp' / f'pytest-{version}-shards-{second}'}")
+            command = [*pytest, *(args.pytest_args or SHARD_SUITE)]
+            suites.append(Suite(label, command, env, report, 30))
             results.append((label, "not run"))
 
     totals = {"passed": 0, "failed": 0, "skipped": 0}

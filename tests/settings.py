@@ -18,11 +18,14 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 VENDOR = os.environ.get("INTENTS_TEST_DB", "sqlite")
 SUFFIX = os.environ.get("INTENTS_TEST_DB_SUFFIX", "")
 TEST_NAME = f"test_django_intents{SUFFIX}"
+SHARD = os.environ.get("INTENTS_TEST_SHARD", "")
 DATABASES: dict[str, dict[str, Any]]  # one alias per vendor below, with OPTIONS of its own
 
-if VENDOR == "sqlite":
-    DATABASES = {
-        "default": {
+
+def database(vendor: str, test_name: str) -> dict[str, Any]:
+    """The settings of one database alias of ``vendor``, tested as ``test_name``."""
+    if vendor == "sqlite":
+        return {
             "ENGINE": "django.db.backends.sqlite3",
             "NAME": str(BASE_DIR / ".tmp" / f"intents{SUFFIX}.sqlite3"),
             "OPTIONS": {
@@ -30,33 +33,19 @@ if VENDOR == "sqlite":
                 "timeout": 20,
                 "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
             },
-            "TEST": {"NAME": str(BASE_DIR / ".tmp" / f"{TEST_NAME}.sqlite3")},
+            "TEST": {"NAME": str(BASE_DIR / ".tmp" / f"{test_name}.sqlite3")},
         }
-    }
-elif VENDOR in ("postgresql", "pgbouncer"):
-    DATABASES = {
-        "default": {
+    if vendor in ("postgresql", "pgbouncer"):
+        return {
             "ENGINE": "django.db.backends.postgresql",
             "NAME": "postgres",
             "USER": os.environ.get("PGUSER", "postgres"),
             "HOST": os.environ.get("PGHOST", "127.0.0.1"),
             "PORT": os.environ.get("PGPORT", "5432"),
-            "TEST": {"NAME": TEST_NAME},
+            "TEST": {"NAME": test_name},
         }
-    }
-    if VENDOR == "pgbouncer":
-        # Everything goes through PgBouncer in transaction mode (tests/pgbouncer/start)
-        # but LISTEN, which needs a session: "direct" is the same database, unpooled.
-        DATABASES["direct"] = {**DATABASES["default"], "TEST": {"MIRROR": "default"}}
-        DATABASES["default"] = {
-            **DATABASES["default"],
-            "HOST": os.environ.get("PGBOUNCER_HOST", "127.0.0.1"),
-            "PORT": os.environ.get("PGBOUNCER_PORT", "6432"),
-            "DISABLE_SERVER_SIDE_CURSORS": True,
-        }
-elif VENDOR == "mysql":
-    DATABASES = {
-        "default": {
+    if vendor == "mysql":
+        return {
             "ENGINE": "django.db.backends.mysql",
             "NAME": "test",
             "USER": os.environ.get("MYSQL_USER", "root"),
@@ -64,13 +53,30 @@ elif VENDOR == "mysql":
             "HOST": os.environ.get("MYSQL_HOST", "127.0.0.1"),
             "PORT": os.environ.get("MYSQL_PORT", "3306"),
             "OPTIONS": {"charset": "utf8mb4"},
-            "TEST": {"NAME": TEST_NAME, "CHARSET": "utf8mb4", "COLLATION": "utf8mb4_bin"},
+            "TEST": {"NAME": test_name, "CHARSET": "utf8mb4", "COLLATION": "utf8mb4_bin"},
         }
-    }
-else:
     raise RuntimeError(
-        f"INTENTS_TEST_DB must be sqlite, postgresql, pgbouncer or mysql, not {VENDOR!r}"
+        f"INTENTS_TEST_DB must be sqlite, postgresql, pgbouncer or mysql, not {vendor!r}"
     )
+
+
+DATABASES = {"default": database(VENDOR, TEST_NAME)}
+if VENDOR == "pgbouncer":
+    # Everything goes through PgBouncer in transaction mode (tests/pgbouncer/start)
+    # but LISTEN, which needs a session: "direct" is the same database, unpooled.
+    DATABASES["direct"] = {**DATABASES["default"], "TEST": {"MIRROR": "default"}}
+    DATABASES["default"] = {
+        **DATABASES["default"],
+        "HOST": os.environ.get("PGBOUNCER_HOST", "127.0.0.1"),
+        "PORT": os.environ.get("PGBOUNCER_PORT", "6432"),
+        "DISABLE_SERVER_SIDE_CURSORS": True,
+    }
+if SHARD:
+    # A second database for the tests of several (tests/test_shards.py, issue 41):
+    # its own test database, of the same vendor or another.
+    DATABASES["shard"] = database(SHARD, f"{TEST_NAME}_shard")
+    if SHARD == "sqlite":
+        DATABASES["shard"]["NAME"] = str(BASE_DIR / ".tmp" / f"intents{SUFFIX}_shard.sqlite3")
 
 (BASE_DIR / ".tmp").mkdir(exist_ok=True)
 

@@ -177,11 +177,15 @@ def new_row(
     payload: Any,
     next_at: Any,
     id: Any,  # noqa: A002
-    now: datetime,
+    now: datetime | None,
     label: str = "",
     priority: Any = None,
 ) -> dict[str, Any]:
-    """A new intent's row, every value checked; errors are prefixed with ``label``."""
+    """A new intent's row, every value checked; errors are prefixed with ``label``.
+
+    With ``now=None`` the row has no time yet: the manager routes it first
+    (its database decides), then gives it that database's time (``stamp``).
+    """
     try:
         kind, event_id, target = (
             check_text("kind", kind),
@@ -211,7 +215,15 @@ def new_row(
         raise type(exc)(f"{label}{exc}") from None
 
 
-def item_row(index: int, item: Any, now: datetime) -> dict[str, Any]:
+def stamp(row: dict[str, Any], now: datetime) -> dict[str, Any]:
+    """``row``, built with ``now=None``, given the time ``now`` (of the database it goes to)."""
+    row["created_at"] = row["updated_at"] = now
+    if row["next_at"] is None:
+        row["next_at"] = now
+    return row
+
+
+def item_row(index: int, item: Any, now: datetime | None) -> dict[str, Any]:
     """One ``enqueue_many`` item as a row; errors name the item."""
     label = f"items[{index}]: "
     if not isinstance(item, Mapping):

@@ -1,0 +1,233 @@
+"""Intents over several databases through Django's routers (issue 41), rows read on each.
+
+Runs only with a second alias, ``shard`` (``INTENTS_TEST_SHARD``, set by
+tests/run.py's "shards" suites: PostgreSQL twice, PostgreSQL with SQLite,
+SQLite twice); the other suites leave this module out (tests/conftest.py).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+from django.db import transaction
+from django.test import override_settings
+
+from django_intents.conf import get_settings, parse
+from django_intents.models import Intent
+from django_intents.rules.identity import intent_id
+from django_intents.rules.shards import shard_of
+
+from .conftest import T0, intents
+
+pytestmark = pytest.mark.django_db(databases=["default", "shard"], transaction=True)
+
+ALIASES = ["default", "shard"]
+SHARDED = "django_intents.routers.TargetShardRouter"
+KIND = "webhook"
+
+
+def where(ids: list[str]) -> dict[str, str]:
+    """id -> the alias its row is on; an id on both or on neither fails here."""
+    found: dict[str, str] = {}
+    for alias in ALIASES:
+        for id in Intent.objects.using(alias).filter(id__in=ids).values_list("id", flat=True):  # noqa: A001
+            assert id not in found, f"{id} is on both databases"
+            found[id] = alias
+    assert set(found) == set(ids), f"missing: {set(ids) - set(found)}"
+    return found
+
+
+def counts() -> dict[str, int]:
+    return {alias: Intent.objects.using(alias).count() for alias in ALIASES}
+
+
+@pytest.fixture
+def by_target() -> Iterator[None]:
+    with override_settings(DATABASE_ROUTERS=[SHARDED], INTENTS=intents(DATABASES=ALIASES)):
+        yield
+
+
+class ByTenant:
+    """A project's router: the intent goes to its tenant's database, named in its target."""
+
+    seen: list[dict[str, Any]] = []
+
+    def db_for_write(self, model: type, **hints: Any) -> str | None:
+        if model is Intent:
+            self.seen.append(hints)
+            return "shard" if hints["target"].startswith("tenant-b/") else "default"
+        return None
+
+
+# -- the stable hash ------------------------------------------------------------
+
+
+def test_a_targets_shard_is_a_digest_of_the_target_that_never_changes():
+    # Pinned: a release that changed these would move every target's intents.
+    pinned = [shard_of(t, ("a", "b", "c")) for t in ("partner-1", "partner-2", "partner-3")]
+    assert pinned == ["a", "b", "a"]
+    assert shard_of("partner-2", ["a", "b", "c"]) == "b"  # a list as a tuple
+    assert [shard_of(f"https://p{i}.example/hook", ("a", "b")) for i in range(3)] == [
+        "a",
+        "b",
+        "b",
+    ]
+    spread = Counter(shard_of(f"https://p{i}.example/hook", ("a", "b", "c")) for i in range(3000))
+    assert set(spread) == {"a", "b", "c"} and min(spread.values()) > 900, spread
+    with pytest.raises(ValueError, match="at least one database alias"):
+        shard_of("t", ())
+
+
+# -- the setting -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("default", "must be a list of database aliases"),
+        ([], "at least one database alias"),
+        (["default", "nowhere"], "must be a database alias .*'nowhere'"),
+        (["default", None], "entry None is not a database alias"),
+        (["default", "shard", "default"], "lists 'default' more than once"),
+    ],
+)
+def test_a_bad_databases_setting_is_refused_naming_what_is_wrong(value: Any, message: str):
+    _, errors = parse({"DATABASES": value})
+    assert len(errors) == 1
+    assert errors[0].key == "DATABASES"
+    assert re.search(message, str(errors[0])), errors[0]
+
+
+def test_the_databases_setting_keeps_its_order():
+    with override_settings(INTENTS=intents(DATABASES=["shard", "default"])):
+        assert get_settings().databases == ("shard", "default")
+
+
+# -- enqueue by target -------------------------------------------------------------
+
+
+def test_the_target_router_puts_every_intent_of_a_target_on_its_one_database(by_target):
+    targets = [f"https://p{i}.example/hook" for i in range(12)]
+    ids = {
+        target: [Intent.objects.enqueue(KIND, f"e{n}", target, {"n": n}, now=T0) for n in range(3)]
+        for target in targets
+    }
+    for target, target_ids in ids.items():
+        assert set(where(target_ids).values()) == {shard_of(target, ALIASES)}, target
+    assert set(counts().values()) != {0} and sum(counts().values()) == 36
+    assert 0 < counts()["shard"] < 36
+
+
+def test_an_enqueue_on_a_shard_is_idempotent_there(by_target):
+    target = "https://p2.example/hook"
+    first = Intent.objects.enqueue(KIND, "e", target, {"v": 1}, now=T0)
+    again = Intent.objects.enqueue(KIND, "e", target, {"v": 2}, now=T0)
+    assert first == again == intent_id(KIND, "e", target)
+    on = shard_of(target, ALIASES)
+    assert Intent.objects.using(on).get(pk=first).payload == {"v": 1}
+    assert counts() == {alias: int(alias == on) for alias in ALIASES}
+
+
+def test_each_shard_stamps_an_intent_with_its_own_database_clock(by_target):
+    target = "https://p2.example/hook"  # the second database (pinned above)
+    id = Intent.objects.enqueue(KIND, "e", target)  # noqa: A001
+    row = Intent.objects.using(shard_of(target, ALIASES)).get(pk=id)
+    assert row.created_at == row.next_at == row.updated_at
+    assert row.created_at > T0
+
+
+def test_enqueue_many_splits_a_batch_by_shard_and_keeps_the_input_order(by_target):
+    items = [
+        {"kind": KIND, "event_id": f"e{i}", "target": f"https://p{i % 5}.example/hook"}
+        for i in range(20)
+    ]
+    items.append(dict(items[3]))  # a repeat: the same id, one row
+    ids = Intent.objects.enqueue_many(items, now=T0)
+    assert ids == [intent_id(i["kind"], i["event_id"], i["target"]) for i in items]
+    found = where(ids[:20])
+    for item, id in zip(items, ids, strict=True):
+        assert found[id] == shard_of(item["target"], ALIASES)
+    assert sum(counts().values()) == 20
+    rows = Intent.objects.using("shard").order_by("event_id")
+    assert {(r.state, r.attempts, r.created_at) for r in rows} == {("pending", 0, T0)}
+
+
+def test_a_bad_item_in_a_sharded_batch_writes_nothing_anywhere(by_target):
+    items = [
+        {"kind": KIND, "event_id": f"e{i}", "target": f"https://p{i}.example/hook"}
+        for i in range(6)
+    ]
+    items.append({"kind": KIND, "event_id": "", "target": "https://p9.example/hook"})
+    with pytest.raises(ValueError, match=r"items\[6\]: event_id"):
+        Intent.objects.enqueue_many(items, now=T0)
+    assert counts() == {"default": 0, "shard": 0}
+
+
+def test_db_manager_names_the_database_whatever_the_router_says(by_target):
+    target = "https://p0.example/hook"  # the router's: the first database
+    assert shard_of(target, ALIASES) == "default"
+    id = Intent.objects.db_manager("shard").enqueue(KIND, "e", target, now=T0)  # noqa: A001
+    assert where([id]) == {id: "shard"}
+
+
+def test_a_router_that_sends_an_intent_outside_the_setting_is_refused_and_nothing_written():
+    class Elsewhere:
+        def db_for_write(self, model: type, **hints: Any) -> str:
+            return "shard"
+
+    with override_settings(DATABASE_ROUTERS=[Elsewhere()], INTENTS=intents(DATABASES=["default"])):
+        with pytest.raises(ImproperlyConfigured, match="'shard', which INTENTS\\['DATABASES'\\]"):
+            Intent.objects.enqueue(KIND, "e", "t", now=T0)
+        with pytest.raises(ImproperlyConfigured, match="does not list"):
+            Intent.objects.enqueue_many([{"kind": KIND, "event_id": "e", "target": "t"}], now=T0)
+    assert counts() == {"default": 0, "shard": 0}
+
+
+def test_the_target_router_without_the_setting_says_what_it_needs():
+    needs = pytest.raises(ImproperlyConfigured, match="needs INTENTS\\['DATABASES'\\]")
+    with override_settings(DATABASE_ROUTERS=[SHARDED]), needs:
+        Intent.objects.enqueue(KIND, "e", "t", now=T0)
+    assert counts() == {"default": 0, "shard": 0}
+
+
+# -- a project's own router: the outbox, by tenant -----------------------------------
+
+
+def test_a_tenant_router_gets_kind_target_and_id_and_the_intent_joins_the_tenants_transaction():
+    ByTenant.seen.clear()
+    with override_settings(DATABASE_ROUTERS=[ByTenant()], INTENTS=intents(DATABASES=ALIASES)):
+        with transaction.atomic(using="shard"):
+            id = Intent.objects.enqueue(KIND, "order-1", "tenant-b/hook", now=T0)  # noqa: A001
+            assert Intent.objects.using("shard").filter(pk=id).exists()
+            transaction.set_rollback(True, using="shard")  # the business change failed
+        assert counts() == {"default": 0, "shard": 0}
+        with transaction.atomic(using="shard"):
+            kept = Intent.objects.enqueue(KIND, "order-1", "tenant-b/hook", now=T0)
+        other = Intent.objects.enqueue(KIND, "order-2", "tenant-a/hook", now=T0)
+    assert ByTenant.seen[0] == {"kind": KIND, "target": "tenant-b/hook", "id": id}
+    assert where([kept, other]) == {kept: "shard", other: "default"}
+
+
+def test_the_target_router_migrates_the_app_on_the_listed_databases_only():
+    from django_intents.routers import TargetShardRouter
+
+    with override_settings(INTENTS=intents(DATABASES=["shard"])):
+        router = TargetShardRouter()
+        assert router.allow_migrate("shard", "django_intents") is True
+        assert router.allow_migrate("default", "django_intents") is False
+        assert router.allow_migrate("default", "auth") is None
+
+
+def test_the_check_fails_a_target_router_without_the_databases_setting():
+    from django.core.checks import run_checks
+
+    with override_settings(DATABASE_ROUTERS=[SHARDED]):
+        found = [m for m in run_checks() if m.id == "django_intents.E012"]
+        assert len(found) == 1 and "INTENTS['DATABASES'] is not set" in found[0].msg
+    with override_settings(DATABASE_ROUTERS=[SHARDED], INTENTS=intents(DATABASES=ALIASES)):
+        assert not [m for m in run_checks() if m.id == "django_intents.E012"]
