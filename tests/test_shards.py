@@ -8,6 +8,7 @@ SQLite twice); the other suites leave this module out (tests/conftest.py).
 from __future__ import annotations
 
 import re
+import signal
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -23,6 +24,8 @@ from django_intents.rules.identity import intent_id
 from django_intents.rules.shards import shard_of
 
 from .conftest import T0, intents
+from .test_worker_process import start_worker  # noqa: F401 - the fixture
+from .workerutil import wait_for
 
 pytestmark = pytest.mark.django_db(databases=["default", "shard"], transaction=True)
 
@@ -231,3 +234,101 @@ def test_the_check_fails_a_target_router_without_the_databases_setting():
         assert len(found) == 1 and "INTENTS['DATABASES'] is not set" in found[0].msg
     with override_settings(DATABASE_ROUTERS=[SHARDED], INTENTS=intents(DATABASES=ALIASES)):
         assert not [m for m in run_checks() if m.id == "django_intents.E012"]
+
+
+# -- one worker process, several databases -------------------------------------------
+
+
+def enqueue_on(alias: str, kind: str, n: int, **payload: Any) -> list[str]:
+    manager = Intent.objects.db_manager(alias)
+    return [manager.enqueue(kind, f"{alias}-{i}", f"t{i}", payload) for i in range(n)]
+
+
+def states_on(alias: str, ids: list[str]) -> Counter[tuple[str, int]]:
+    rows = Intent.objects.using(alias).filter(id__in=ids)
+    return Counter((r.state, r.attempts) for r in rows)
+
+
+def test_one_process_drains_every_database_it_is_given(start_worker):  # noqa: F811 - the fixture
+    ids = {alias: enqueue_on(alias, "test.ok", 25) for alias in ALIASES}
+    worker = start_worker("--drain", "--database", "default", "--database", "shard")
+    worker.assert_clean_exit(timeout=60)
+    for alias in ALIASES:
+        assert states_on(alias, ids[alias]) == {("completed", 1): 25}, alias
+    assert "database default:" in worker.log and "database shard:" in worker.log
+
+
+def test_all_databases_serves_the_setting_and_without_it_claims_nothing(start_worker):  # noqa: F811 - the fixture
+    ids = {alias: enqueue_on(alias, "test.ok", 5) for alias in ALIASES}
+    refused = start_worker("--drain", "--all-databases")
+    assert refused.wait(60) != 0
+    assert "INTENTS['DATABASES'], which is not set" in refused.log
+    for alias in ALIASES:
+        assert states_on(alias, ids[alias]) == {("pending", 0): 5}, alias
+    served = start_worker("--drain", "--all-databases", intents={"DATABASES": ALIASES})
+    served.assert_clean_exit(timeout=60)
+    for alias in ALIASES:
+        assert states_on(alias, ids[alias]) == {("completed", 1): 5}, alias
+
+
+def test_an_unknown_database_is_refused_before_anything_is_claimed(start_worker):  # noqa: F811 - the fixture
+    ids = enqueue_on("default", "test.ok", 3)
+    worker = start_worker("--drain", "--database", "default", "--database", "nowhere")
+    assert worker.wait(60) != 0
+    assert "unknown database alias 'nowhere'" in worker.log
+    assert states_on("default", ids) == {("pending", 0): 3}
+
+
+def test_a_signal_stops_every_databases_pool_and_gives_back_their_claims(start_worker):  # noqa: F811 - the fixture
+    ids = {alias: enqueue_on(alias, "test.sleepy", 2, on_cancel="ignore") for alias in ALIASES}
+    worker = start_worker(
+        "--database", "default", "--database", "shard", "--workers", "1", "--grace", "0.5"
+    )
+    for alias in ALIASES:
+        wait_for(
+            lambda alias=alias: states_on(alias, ids[alias])[("running", 1)] == 1,
+            f"an attempt running on {alias}",
+            timeout=30,
+        )
+    worker.signal(signal.SIGTERM)
+    worker.assert_clean_exit(timeout=20)
+    for alias in ALIASES:
+        # The running one released after the grace period; the other never claimed,
+        # or claimed and given back unstarted: pending either way, nothing lost.
+        rows = Intent.objects.using(alias).filter(id__in=ids[alias])
+        assert {r.state for r in rows} == {"pending"}, alias
+        assert {r.claim_token for r in rows} == {""}, alias
+
+
+def test_a_deep_backlog_on_one_database_does_not_hold_back_another(start_worker):  # noqa: F811 - the fixture
+    deep = enqueue_on("default", "test.sleepy", 120, seconds=0.05)
+    shallow = enqueue_on("shard", "test.sleepy", 5, seconds=0.05)
+    worker = start_worker("--database", "default", "--database", "shard", "--workers", "2")
+    wait_for(
+        lambda: states_on("shard", shallow) == {("completed", 1): 5},
+        "the shallow database's intents",
+        timeout=30,
+    )
+    left = Intent.objects.using("default").filter(id__in=deep, state="pending").count()
+    assert left > 60, left  # the deep one is far from done: the shallow one did not wait
+    worker.signal(signal.SIGTERM)
+    worker.assert_clean_exit(timeout=20)
+    assert sum(states_on("default", deep).values()) == 120
+
+
+def test_a_schedule_is_enqueued_once_in_the_fleet_on_its_targets_database():
+    from django_intents.maintenance.schedules import enqueue_due
+
+    schedule = {"cron": "* * * * *", "kind": KIND, "target": "https://p2.example/hook"}
+    home = shard_of(schedule["target"], ALIASES)
+    with override_settings(
+        DATABASE_ROUTERS=[SHARDED], INTENTS=intents(DATABASES=ALIASES, SCHEDULES={"s": schedule})
+    ):
+        rounds = []
+        for _ in range(2):  # two pools of each database, one tick each
+            returned = [enqueue_due(now=T0, using=alias) for alias in ALIASES]
+            rounds.append(counts())
+    assert rounds[0] == rounds[1]  # the second round found every slot there
+    assert rounds[0][home] >= 1 and sum(rounds[0].values()) == rounds[0][home], rounds
+    assert returned[ALIASES.index(home)] and not returned[1 - ALIASES.index(home)]
+    assert {r.target for r in Intent.objects.using(home)} == {schedule["target"]}

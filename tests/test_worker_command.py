@@ -139,6 +139,7 @@ def test_options_reach_the_pool(fake_pool):
         "db_error_timeout": 9.0,
         "report_interval": 30.0,
         "using": "default",
+        "handle_signals": True,  # one database: the pool takes the signals itself
     }
 
 

@@ -15,6 +15,8 @@ from tests.settings import *  # noqa: F403
 from tests.settings import BASE_DIR, DATABASES, INTENTS
 
 DATABASES["default"]["NAME"] = DATABASES["default"]["TEST"]["NAME"]
+if "shard" in DATABASES:  # tests/test_shards.py's second database
+    DATABASES["shard"]["NAME"] = DATABASES["shard"]["TEST"]["NAME"]
 if "direct" in DATABASES:  # the pgbouncer configuration's unpooled alias, for LISTEN
     DATABASES["direct"]["NAME"] = DATABASES["default"]["NAME"]
 if "INTENTS_TEST_CONN_MAX_AGE" in os.environ:

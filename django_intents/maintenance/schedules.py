@@ -44,10 +44,10 @@ def enqueue_due(
     schedule name, then oldest first. Without schedules of those kinds it
     touches no database. ``now=None`` is the current time, as for the manager.
     """
-    chosen = schedules(kinds)
+    manager = _manager(using)
+    chosen = [s for s in schedules(kinds) if _home(s, manager.db)]
     if not chosen:
         return []
-    manager = _manager(using)
     now = now_or(now, manager.db)
     plans = [_Plan(schedule, now) for schedule in chosen]
     wanted = {_id(p.schedule, slot) for p in plans for slot in (*p.due, *p.missed)}
@@ -159,6 +159,21 @@ class _Plan:
             .order_by()
             .exists()
         )
+
+
+def _home(schedule: Schedule, using: str) -> bool:
+    """Whether ``using`` holds the slots of ``schedule``.
+
+    With one database it holds all of them. With several
+    (``INTENTS["DATABASES"]``, issue 41) a schedule lives on the database the
+    routers pick for its kind and target, and only the pools of that database
+    enqueue its slots: each slot once in the whole fleet, beside the slots
+    before it that its catch-up reads.
+    """
+    if get_settings().databases is None:
+        return True
+    home = router.db_for_write(Intent, kind=schedule.kind, target=schedule.target)
+    return bool(home == using)
 
 
 def _id(schedule: Schedule, slot: datetime) -> str:

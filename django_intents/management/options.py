@@ -17,6 +17,7 @@ from django.core.management.base import CommandError
 from django.db import connections, router
 from django.utils import timezone
 
+from django_intents.conf import get_settings
 from django_intents.models import Intent
 from django_intents.rules.identity import check_text
 
@@ -39,6 +40,39 @@ def chosen_database(alias: str | None) -> str:
         known = ", ".join(repr(a) for a in connections)
         raise CommandError(f"unknown database alias {alias!r} (DATABASES has {known})")
     return alias
+
+
+def add_databases(parser: argparse.ArgumentParser) -> None:
+    """``--database``, which may be given more than once, and ``--all-databases`` (issue 41)."""
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument(
+        "--database",
+        metavar="ALIAS",
+        action="append",
+        help="a database alias of the queue; repeat it to serve several from one process "
+        "(default: the router's choice for Intent)",
+    )
+    group.add_argument(
+        "--all-databases",
+        action="store_true",
+        help="every database of INTENTS['DATABASES']",
+    )
+
+
+def chosen_databases(aliases: list[str] | None, every: bool) -> list[str]:
+    """``--database`` (each checked, in order, once) or ``--all-databases``; else the
+    router's choice."""
+    if every:
+        listed = get_settings().databases
+        if listed is None:
+            raise CommandError(
+                "--all-databases serves INTENTS['DATABASES'], which is not set: list the "
+                "queue's database aliases there, or name them with --database"
+            )
+        return list(listed)
+    if not aliases:
+        return [chosen_database(None)]
+    return list(dict.fromkeys(chosen_database(alias) for alias in aliases))
 
 
 def positive_int(value: str) -> int:

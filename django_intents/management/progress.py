@@ -10,6 +10,7 @@ dependencies of its own, and a progress bar is all a command needs of it.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from typing import Any, TextIO
@@ -46,6 +47,8 @@ class Progress:
         self.tty = tty
         self._description, self._unit, self._total = description, unit, total
         self._done = 0
+        # Several pools (one per database) advance one bar from their recorders' threads.
+        self._lock = threading.Lock()
         self._every = every
         self._started = self._last = time.monotonic()
         self._write = write or (lambda line: print(line, file=stream, flush=True))
@@ -56,14 +59,15 @@ class Progress:
         )
 
     def advance(self, count: int = 1) -> None:
-        self._done += count
-        if self._bar is not None:
-            self._bar.update(count)
-            return
-        now = time.monotonic()
-        if now - self._last >= self._every:
-            self._last = now
-            self._write(self.line(now))
+        with self._lock:
+            self._done += count
+            if self._bar is not None:
+                self._bar.update(count)
+                return
+            now = time.monotonic()
+            if now - self._last >= self._every:
+                self._last = now
+                self._write(self.line(now))
 
     def line(self, now: float | None = None) -> str:
         """``"draining: 120/500 intents, 40.0/s, about 10 s left"``: the plain form."""

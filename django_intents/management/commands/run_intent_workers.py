@@ -28,8 +28,8 @@ from tqdm.contrib.logging import logging_redirect_tqdm  # type: ignore[import-un
 from django_intents.conf import get_settings
 from django_intents.handlers import discover
 from django_intents.management.options import (
-    add_database,
-    chosen_database,
+    add_databases,
+    chosen_databases,
     grace_seconds,
     kind_list,
     port,
@@ -44,6 +44,7 @@ from django_intents.observability.gauges import QUEUE
 from django_intents.rules import states
 from django_intents.store.clock import server_now
 from django_intents.worker import log
+from django_intents.worker.fleet import Fleet
 from django_intents.worker.pool import WorkerPool
 
 
@@ -145,11 +146,11 @@ class Command(BaseCommand):
             metavar="ADDRESS",
             help="address for --metrics-port (default 127.0.0.1)",
         )
-        add_database(parser)
+        add_databases(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
         _configure_logging(options["verbosity"])
-        using = chosen_database(options["database"])
+        aliases = chosen_databases(options["database"], options["all_databases"])
         try:
             settings = get_settings()
             handlers = discover()
@@ -179,59 +180,84 @@ class Command(BaseCommand):
                 "--timeout bounds --drain or --until-empty; without either the pool runs "
                 "until it is stopped"
             )
+        several = len(aliases) > 1
+        if several and settings.listen_database is not None:
+            raise CommandError(
+                "INTENTS['LISTEN_DATABASE'] names one database to LISTEN on; a process that "
+                "serves several databases listens on each of them: unset it, or run one "
+                "process per database"
+            )
+        if several and options["metrics_port"] is not None:
+            raise CommandError(
+                "--metrics-port exports one database's gauges, without a database label "
+                "yet: run one process per database to export metrics"
+            )
         # A database error here is an outage, not a set-up step: the pool rides
         # it out for --db-error-timeout like any other.
-        with contextlib.suppress(DatabaseFailure):
-            require_table(using)
+        for alias in aliases:
+            with contextlib.suppress(DatabaseFailure):
+                require_table(alias)
 
-        pool = WorkerPool(
-            handlers=handlers,
-            workers=options["workers"],
-            concurrency=options["concurrency"],
-            lease=lease,
-            renew=renew,
-            grace=options["grace"],
-            drain=options["drain"],
-            until_empty=options["until_empty"],
-            timeout=options["timeout"],
-            timeout_per_attempt=options["timeout_per_attempt"],
-            db_error_timeout=options["db_error_timeout"],
-            report_interval=options["summary_interval"],
-            using=using,
-        )
+        pools = {
+            alias: WorkerPool(
+                handlers=handlers,
+                workers=options["workers"],
+                concurrency=options["concurrency"],
+                lease=lease,
+                renew=renew,
+                grace=options["grace"],
+                drain=options["drain"],
+                until_empty=options["until_empty"],
+                timeout=options["timeout"],
+                timeout_per_attempt=options["timeout_per_attempt"],
+                db_error_timeout=options["db_error_timeout"],
+                report_interval=options["summary_interval"],
+                using=alias,
+                handle_signals=not several,
+            )
+            for alias in aliases
+        }
         ends = options["drain"] or options["until_empty"]
+        runner: WorkerPool | Fleet = Fleet(pools, drain=ends) if several else pools[aliases[0]]
         server = None
         if options["metrics_port"] is not None:
-            QUEUE.read_from(using)
-            server = self._serve_metrics(options["metrics_addr"], options["metrics_port"], pool)
+            QUEUE.read_from(aliases[0])
+            server = self._serve_metrics(options["metrics_addr"], options["metrics_port"], runner)
         try:
             if ends:
                 kinds, due = list(handlers), not options["until_empty"]
-                with self._progress(pool, kinds, using, due=due):
-                    status = pool.run()
+                with self._progress(pools, kinds, due=due):
+                    status = runner.run()
             else:
-                status = pool.run()
+                status = runner.run()
         finally:
             close = getattr(server, "close", None)
             if close is not None:
                 close()
         if ends:
-            self.stdout.write(pool.outcomes.table())
+            for alias, pool in pools.items():
+                if several:
+                    self.stdout.write(f"database {alias}:")
+                self.stdout.write(pool.outcomes.table())
         if status:
             sys.exit(status)
 
     @contextlib.contextmanager
     def _progress(
-        self, pool: WorkerPool, kinds: list[str], using: str, *, due: bool
+        self, pools: dict[str, WorkerPool], kinds: list[str], *, due: bool
     ) -> Iterator[None]:
-        """Show a drain's progress against the backlog counted now: due intents for
-        ``--drain``, pending and running ones for ``--until-empty``."""
-        try:
-            rows = Intent.objects.using(using).filter(kind__in=kinds)
-            active = rows.filter(states.due(server_now(using))) if due else rows.pending()
-            total: int | None = active.order_by().count()
-        except DatabaseFailure:
-            total = None  # the pool meets the outage and says so; a bar needs no total
+        """Show a drain's progress against the backlog counted now, on every database:
+        due intents for ``--drain``, pending and running ones for ``--until-empty``."""
+        total: int | None = 0
+        for using in pools:
+            try:
+                rows = Intent.objects.using(using).filter(kind__in=kinds)
+                active = rows.filter(states.due(server_now(using))) if due else rows.pending()
+                counted = active.order_by().count()
+            except DatabaseFailure:
+                total = None  # the pool meets the outage and says so; a bar needs no total
+                break
+            total = (total or 0) + counted
         progress = Progress(
             description="draining" if due else "running until empty",
             unit="intents",
@@ -239,7 +265,8 @@ class Command(BaseCommand):
             total=total,
             write=log.info,
         )
-        pool.outcomes.watch(progress.advance)
+        for pool in pools.values():
+            pool.outcomes.watch(progress.advance)
         try:
             if progress.tty:
                 # Log lines printed above the bar rather than through it.
@@ -250,7 +277,7 @@ class Command(BaseCommand):
         finally:
             progress.close()
 
-    def _serve_metrics(self, addr: str, port: int, pool: WorkerPool) -> object:
+    def _serve_metrics(self, addr: str, port: int, pool: WorkerPool | Fleet) -> object:
         try:
             server = metrics.serve(addr, port, pool.healthy)
         except OSError as exc:
