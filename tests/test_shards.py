@@ -11,15 +11,21 @@ import re
 import signal
 from collections import Counter
 from collections.abc import Iterator
+from datetime import timedelta
+from io import StringIO
 from typing import Any
 
 import pytest
+from django.core.checks import run_checks
 from django.core.exceptions import ImproperlyConfigured
+from django.core.management import CommandError, call_command
 from django.db import transaction
 from django.test import override_settings
 
 from django_intents.conf import get_settings, parse
+from django_intents.maintenance.schedules import enqueue_due
 from django_intents.models import Intent
+from django_intents.routers import TargetShardRouter
 from django_intents.rules.identity import intent_id
 from django_intents.rules.shards import shard_of
 
@@ -217,8 +223,6 @@ def test_a_tenant_router_gets_kind_target_and_id_and_the_intent_joins_the_tenant
 
 
 def test_the_target_router_migrates_the_app_on_the_listed_databases_only():
-    from django_intents.routers import TargetShardRouter
-
     with override_settings(INTENTS=intents(DATABASES=["shard"])):
         router = TargetShardRouter()
         assert router.allow_migrate("shard", "django_intents") is True
@@ -227,8 +231,6 @@ def test_the_target_router_migrates_the_app_on_the_listed_databases_only():
 
 
 def test_the_check_fails_a_target_router_without_the_databases_setting():
-    from django.core.checks import run_checks
-
     with override_settings(DATABASE_ROUTERS=[SHARDED]):
         found = [m for m in run_checks() if m.id == "django_intents.E012"]
         assert len(found) == 1 and "INTENTS['DATABASES'] is not set" in found[0].msg
@@ -317,8 +319,6 @@ def test_a_deep_backlog_on_one_database_does_not_hold_back_another(start_worker)
 
 
 def test_a_schedule_is_enqueued_once_in_the_fleet_on_its_targets_database():
-    from django_intents.maintenance.schedules import enqueue_due
-
     schedule = {"cron": "* * * * *", "kind": KIND, "target": "https://p2.example/hook"}
     home = shard_of(schedule["target"], ALIASES)
     with override_settings(
@@ -332,3 +332,54 @@ def test_a_schedule_is_enqueued_once_in_the_fleet_on_its_targets_database():
     assert rounds[0][home] >= 1 and sum(rounds[0].values()) == rounds[0][home], rounds
     assert returned[ALIASES.index(home)] and not returned[1 - ALIASES.index(home)]
     assert {r.target for r in Intent.objects.using(home)} == {schedule["target"]}
+
+
+# -- the other commands, across databases --------------------------------------------
+
+
+def command(*args: str) -> str:
+    out = StringIO()
+    call_command(*args, stdout=out)
+    return out.getvalue()
+
+
+def test_health_checks_every_database_and_names_the_one_that_is_stuck():
+    Intent.objects.db_manager("default").enqueue(KIND, "fresh", "t")
+    Intent.objects.db_manager("shard").enqueue(KIND, "old", "t", next_at=T0)  # waited long
+    with override_settings(INTENTS=intents(DATABASES=ALIASES)):
+        with pytest.raises(CommandError, match=r"^database shard: stuck: .*'webhook'") as failed:
+            command("intents_health", "--all-databases", "--max-age", "60")
+        assert failed.value.returncode == 1
+        assert "database default" not in str(failed.value)
+        out = command("intents_health", "--database", "default", "--max-age", "60")
+    assert out.startswith("ok: ")
+
+
+def test_prune_prunes_each_database_it_is_given():
+    ids = {}
+    for alias in ALIASES:
+        manager = Intent.objects.db_manager(alias)
+        ids[alias] = manager.enqueue(KIND, "done", "t", now=T0)
+        manager.filter(pk=ids[alias]).update(state="completed", updated_at=T0)
+    retention = {"completed": {"delete": timedelta(days=1)}}
+    with override_settings(INTENTS=intents(RETENTION=retention)):
+        out = command("prune_intents", "--database", "default", "--database", "shard")
+    assert out.count("completed: 1 deleted") == 2
+    assert out.index("database default:") < out.index("database shard:")
+    assert counts() == {"default": 0, "shard": 0}
+
+
+def test_the_schedules_each_database_holds_are_listed_under_it():
+    schedules = {
+        "a": {"cron": "0 * * * *", "kind": KIND, "target": "https://p0.example/hook"},
+        "b": {"cron": "0 * * * *", "kind": KIND, "target": "https://p2.example/hook"},
+    }
+    assert [shard_of(s["target"], ALIASES) for s in schedules.values()] == ["default", "shard"]
+    with override_settings(
+        DATABASE_ROUTERS=[SHARDED], INTENTS=intents(DATABASES=ALIASES, SCHEDULES=schedules)
+    ):
+        out = command("intents_schedules", "--all-databases")
+    default, shard = out.split("database shard:\n")
+    assert default.startswith("database default:\n")
+    assert [line.split("\t")[0] for line in default.splitlines()[1:]] == ["a"]
+    assert [line.split("\t")[0] for line in shard.splitlines()] == ["b"]

@@ -99,11 +99,12 @@ class Slots:
 
 
 def listing(now: datetime | None = None, *, using: str | None = None) -> list[Slots]:
-    """Every schedule with its last and next slot: one query per schedule."""
+    """Every schedule (that ``using`` holds, ``_home``) with its last and next slot: one
+    query per schedule."""
     manager = _manager(using)
     now = now_or(now, manager.db)
     rows = []
-    for schedule in schedules():
+    for schedule in [s for s in schedules() if _home(s, manager.db)]:
         event_ids = (
             manager.filter(kind=schedule.kind, event_id__startswith=schedule.prefix)
             .order_by("-event_id")

@@ -30,7 +30,7 @@ from django.db.models import Min
 from django.utils.text import Truncator
 
 from django_intents.handlers import unhandled
-from django_intents.management.options import add_database, age_seconds, chosen_database
+from django_intents.management.options import add_databases, age_seconds, chosen_databases
 from django_intents.management.schema import require_table
 from django_intents.models import Intent
 from django_intents.observability.backlog import Backlog, read_backlog
@@ -66,17 +66,38 @@ class Command(BaseCommand):
             help="longest acceptable attempt, timed from when its intent became due "
             "(next_at), a wait for a worker included (default: no limit)",
         )
-        add_database(parser)
+        add_databases(parser)
 
     def handle(
         self,
         *args: Any,
         max_age: float,
         max_running: float | None,
-        database: str | None,
+        database: list[str] | None,
+        all_databases: bool,
         **options: Any,
     ) -> None:
-        using = chosen_database(database)
+        aliases = chosen_databases(database, all_databases)
+        if len(aliases) == 1:
+            self.check_database(aliases[0], max_age, max_running)
+            return
+        # Several databases (issue 41): each is checked and reported; the command
+        # fails naming every database that failed.
+        failures: list[CommandError] = []
+        for alias in aliases:
+            self.stdout.write(f"database {alias}:")
+            try:
+                self.check_database(alias, max_age, max_running)
+            except CommandError as exc:
+                self.stdout.write(f"  {exc}")
+                failures.append(CommandError(f"database {alias}: {exc}", returncode=exc.returncode))
+        if failures:
+            raise CommandError(
+                "; ".join(str(f) for f in failures), returncode=max(f.returncode for f in failures)
+            )
+
+    def check_database(self, using: str, max_age: float, max_running: float | None) -> None:
+        """One database's answer: returns when it is healthy, raises ``CommandError`` if not."""
         require_table(using)
         now = server_now(using)
         backlog = read_backlog(now, using=using)

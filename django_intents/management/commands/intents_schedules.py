@@ -14,7 +14,7 @@ from typing import Any
 from django.core.management.base import BaseCommand
 
 from django_intents.maintenance.schedules import listing
-from django_intents.management.options import add_database, chosen_database
+from django_intents.management.options import add_databases, chosen_databases
 from django_intents.management.schema import require_table
 
 
@@ -25,10 +25,18 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        add_database(parser)
+        add_databases(parser)
 
-    def handle(self, *args: Any, database: str | None, **options: Any) -> None:
-        using = chosen_database(database)
+    def handle(
+        self, *args: Any, database: list[str] | None, all_databases: bool, **options: Any
+    ) -> None:
+        aliases = chosen_databases(database, all_databases)
+        for alias in aliases:
+            if len(aliases) > 1:  # several databases (issue 41): the schedules each holds
+                self.stdout.write(f"database {alias}:")
+            self.list_schedules(alias)
+
+    def list_schedules(self, using: str) -> None:
         require_table(using)
         rows = listing(using=using)
         if not rows:

@@ -8,7 +8,7 @@ from django.core.management.base import BaseCommand, CommandParser
 
 from django_intents.conf import get_settings
 from django_intents.maintenance.retention import prune, to_prune
-from django_intents.management.options import add_database, chosen_database, positive_int
+from django_intents.management.options import add_databases, chosen_databases, positive_int
 from django_intents.management.progress import Progress, raw
 from django_intents.rules.states import TERMINAL
 
@@ -37,13 +37,20 @@ class Command(BaseCommand):
             default=None,
             help="Stop after this many batches; the next run continues (default: no limit).",
         )
-        add_database(parser)
+        add_databases(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
-        using = chosen_database(options["database"])
+        aliases = chosen_databases(options["database"], options["all_databases"])
         if not get_settings().retention:
             self.stdout.write("INTENTS['RETENTION'] is not set: every intent is kept.")
             return
+        for alias in aliases:
+            if len(aliases) > 1:  # several databases (issue 41): each pruned in turn
+                self.stdout.write(f"database {alias}:")
+            self.prune_database(alias, options)
+
+    def prune_database(self, using: str, options: dict[str, Any]) -> None:
+        """Prune one database's terminal intents as ``RETENTION`` says, reporting as it goes."""
         total = to_prune(using=using)
         if options["max_batches"] is not None:
             total = min(total, options["max_batches"] * options["batch_size"])
