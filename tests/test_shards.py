@@ -21,10 +21,11 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management import CommandError, call_command
 from django.db import transaction
 from django.test import override_settings
+from django.urls import reverse
 
 from django_intents.conf import get_settings, parse
 from django_intents.maintenance.schedules import enqueue_due
-from django_intents.models import Intent
+from django_intents.models import Intent, PausedKind
 from django_intents.routers import TargetShardRouter
 from django_intents.rules.identity import intent_id
 from django_intents.rules.shards import shard_of
@@ -383,3 +384,89 @@ def test_the_schedules_each_database_holds_are_listed_under_it():
     assert default.startswith("database default:\n")
     assert [line.split("\t")[0] for line in default.splitlines()[1:]] == ["a"]
     assert [line.split("\t")[0] for line in shard.splitlines()] == ["b"]
+
+
+# -- the admin, on one database at a time --------------------------------------------
+
+CHANGELIST = "admin:django_intents_intent_changelist"
+
+
+def url(name: str, *args: str) -> str:
+    return reverse(name, args=args)
+
+
+@pytest.fixture
+def two_databases() -> Iterator[dict[str, str]]:
+    """One intent on each database, the admin told of both."""
+    with override_settings(INTENTS=intents(DATABASES=ALIASES)):
+        yield {
+            alias: Intent.objects.db_manager(alias).enqueue(KIND, f"on-{alias}", "t", now=T0)
+            for alias in ALIASES
+        }
+
+
+def switch(client: Any, alias: str, back: str = "") -> Any:
+    data = {"database": alias, "next": back or url(CHANGELIST)}
+    return client.post(url("admin:django_intents_intent_database"), data)
+
+
+def test_the_admin_lists_the_chosen_databases_intents_and_says_which(admin_client, two_databases):
+    first = admin_client.get(url(CHANGELIST)).content.decode()
+    assert 'data-database="default"' in first and '<option value="shard">' in first
+    assert two_databases["default"][:12] in first and two_databases["shard"][:12] not in first
+    response = switch(admin_client, "shard")
+    assert response.status_code == 302 and response["Location"] == url(CHANGELIST)
+    then = admin_client.get(url(CHANGELIST)).content.decode()
+    assert 'data-database="shard"' in then and '<option value="default">' in then
+    assert two_databases["shard"][:12] in then and two_databases["default"][:12] not in then
+    page = admin_client.get(url("admin:django_intents_intent_change", two_databases["shard"]))
+    assert page.status_code == 200 and 'data-database="shard"' in page.content.decode()
+
+
+def test_a_button_changes_the_intent_on_the_database_shown(admin_client, two_databases):
+    switch(admin_client, "shard")
+    shard_id = two_databases["shard"]
+    cancel = url("admin:django_intents_intent_cancel", shard_id)
+    response = admin_client.post(cancel, {"post": "yes"})
+    assert response.status_code == 302
+    assert Intent.objects.using("shard").get(pk=shard_id).state == "cancelled"
+    assert Intent.objects.using("default").get(pk=two_databases["default"]).state == "pending"
+    # The list acts on the database shown: an id of the other one is not touched there.
+    admin_client.post(
+        url(CHANGELIST),
+        {"action": "cancel", "_selected_action": [two_databases["default"]], "post": "yes"},
+    )
+    assert Intent.objects.using("default").get(pk=two_databases["default"]).state == "pending"
+    # And pausing a kind pauses it on the database shown.
+    admin_client.post(url("admin:django_intents_intent_pause"), {"kind": KIND})
+    assert [p.kind for p in PausedKind.objects.using("shard")] == [KIND]
+    assert not PausedKind.objects.using("default").exists()
+
+
+def test_the_dashboard_and_the_targets_page_read_the_database_shown(admin_client, two_databases):
+    switch(admin_client, "shard")
+    for name in ("dashboard", "targets"):
+        page = admin_client.get(url(f"admin:django_intents_intent_{name}"))
+        assert page.status_code == 200, name
+        assert 'data-database="shard"' in page.content.decode(), name
+
+
+def test_a_database_the_setting_does_not_list_is_refused_and_the_choice_kept(
+    admin_client, two_databases
+):
+    switch(admin_client, "shard")
+    response = switch(admin_client, "elsewhere")
+    assert response.status_code == 302
+    listed = admin_client.get(url(CHANGELIST), follow=True).content.decode()
+    assert "not one of the queue" in listed and 'data-database="shard"' in listed
+
+
+def test_the_switch_goes_back_only_to_this_site(admin_client, two_databases):
+    response = switch(admin_client, "shard", back="https://evil.example/")
+    assert response["Location"] == url(CHANGELIST)
+
+
+def test_with_one_database_the_admin_offers_no_switch(admin_client):
+    Intent.objects.enqueue(KIND, "one", "t", now=T0)
+    page = admin_client.get(url(CHANGELIST)).content.decode()
+    assert "intents-database" not in page

@@ -31,6 +31,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_POST
 
+from django_intents.admin import databases
 from django_intents.admin.actions import (
     KIND_CHANGES,
     TRANSITIONS,
@@ -264,7 +265,8 @@ class IntentAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         if request.method == "POST":
             # Intents change only through the manager's transitions.
             raise PermissionDenied
-        return super().changeform_view(request, object_id, form_url, extra_context)
+        context = {**(extra_context or {}), "intents_database": databases.shown(self, request)}
+        return super().changeform_view(request, object_id, form_url, context)
 
     # -- permissions ----------------------------------------------------------------
 
@@ -282,6 +284,10 @@ class IntentAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
     # -- the list page ------------------------------------------------------------------
 
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Intent]:
+        """The intents of the database this user looks at (``databases.chosen``)."""
+        return super().get_queryset(request).using(databases.chosen(request))
+
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return IntentChangeList
 
@@ -297,13 +303,16 @@ class IntentAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         if chosen and chosen not in self.get_actions(request):
             # Django would answer "no action selected"; a forged action is refused.
             raise PermissionDenied
+        using = databases.chosen(request)
         context = {
             # Django's "Select intent to change" promises edits this admin does not offer.
             "title": _("Intents"),
             **(extra_context or {}),
+            "intents_database": databases.shown(self, request),
             # Lazy: only a page that renders the summary pays for its query.
-            "intents_summary": SimpleLazyObject(queue_summary),
-            "intents_schedules": SimpleLazyObject(listing),  # no query without schedules
+            "intents_summary": SimpleLazyObject(partial(queue_summary, using=using)),
+            # No query without schedules.
+            "intents_schedules": SimpleLazyObject(partial(listing, using=using)),
             "intents_schedule_columns": SCHEDULE_COLUMNS,
         }
         if self.has_change_permission(request):  # the summary's pause and resume buttons
@@ -321,6 +330,7 @@ class IntentAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             self._post(f"kinds/{c.name}/", partial(self.kind_view, c), c.name) for c in KIND_CHANGES
         ]
         pages = [
+            self._post("database/", partial(databases.database_view, self), "database"),
             self._page("dashboard/", partial(dashboard_view, self), "dashboard"),
             self._page("targets/", partial(targets_view, self), "targets"),
         ]

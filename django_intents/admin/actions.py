@@ -31,7 +31,7 @@ from django.contrib import admin, messages
 from django.contrib.admin.actions import delete_selected as django_delete_selected
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.contrib.admin.models import CHANGE, LogEntry
-from django.db import models, router
+from django.db import models
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
@@ -40,6 +40,7 @@ from django.utils.text import Truncator
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, ngettext, ngettext_lazy
 
+from django_intents.admin import databases
 from django_intents.admin.changelist import bounded_count
 from django_intents.models import Intent, PausedKind, TargetState
 from django_intents.rules.batches import INSERT_BATCH
@@ -202,7 +203,7 @@ def apply(
     """Run the transition on the selected intents (id to kind) and report what changed and
     what did not: ``retry_now_many``, ``cancel_many`` or ``redrive_many``, one statement
     per ``INSERT_BATCH``."""
-    manager = Intent.objects.db_manager(router.db_for_write(Intent))
+    manager = databases.manager(request)
     moved = set(getattr(manager, f"{transition.name}_many")(selection))
     if moved:
         # The log names each intent as it is now.
@@ -216,17 +217,20 @@ def apply(
         modeladmin.message_user(request, done, messages.SUCCESS)
     skipped = [pk for pk in selection if pk not in moved]
     if skipped:
-        message = skipped_message(skipped, transition.sources)
+        message = skipped_message(skipped, transition.sources, using=manager.db)
         modeladmin.message_user(request, message, messages.WARNING)
 
 
-def skipped_message(ids: Sequence[str], sources: Sequence[str] = ACTIVE) -> str:
+def skipped_message(
+    ids: Sequence[str], sources: Sequence[str] = ACTIVE, *, using: str | None = None
+) -> str:
     """Say why intents were not changed by a transition from the states ``sources``, from
     their state now (one query per ``INSERT_BATCH``)."""
     states: Counter[str] = Counter()
     for start in range(0, len(ids), INSERT_BATCH):
         chunk = ids[start : start + INSERT_BATCH]
-        states.update(Intent.objects.filter(pk__in=chunk).values_list("state", flat=True))
+        rows = Intent.objects.using(using).filter(pk__in=chunk)
+        states.update(rows.values_list("state", flat=True))
     counts = {state: states[state] for state in _REFUSED if state not in sources}
     counts["moved"] = sum(states[state] for state in sources)
     counts["gone"] = len(ids) - states.total()
@@ -270,7 +274,7 @@ def change_kind(
 ) -> None:
     """Pause or resume ``kind`` and report it; a kind the manager refuses is an error message."""
     try:
-        changed = getattr(Intent.objects, change.name)(kind)
+        changed = getattr(databases.manager(request), change.name)(kind)
     except ValueError as exc:
         modeladmin.message_user(request, str(exc), messages.ERROR)
         return
@@ -341,7 +345,7 @@ def change_target(
         names["seconds"] = f"{number:g}"
         args.append(number)
     try:
-        changed = getattr(Intent.objects, change.name)(*args)
+        changed = getattr(databases.manager(request), change.name)(*args)
     except (TypeError, ValueError) as exc:
         modeladmin.message_user(request, str(exc), messages.ERROR)
         return

@@ -27,6 +27,7 @@ from django.utils.text import Truncator
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
+from django_intents.admin import databases
 from django_intents.models import Intent
 from django_intents.rules.states import ALL
 from django_intents.store import backend_for
@@ -138,8 +139,10 @@ class KindFilter(_Filter):
     title = gettext_lazy("kind")
     parameter_name = "kind"
 
-    def options(self) -> list[tuple[str, str]]:
-        return [(kind, kind) for kind in present_kinds()]
+    def lookups(
+        self, request: HttpRequest, model_admin: admin.ModelAdmin[Any]
+    ) -> list[tuple[str, str]]:
+        return [(kind, kind) for kind in present_kinds(databases.chosen(request))]
 
     def where(self, value: str) -> Q:
         return Q(kind=value)

@@ -27,7 +27,6 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from django.core.exceptions import PermissionDenied
-from django.db import router
 from django.db.models import Max, Sum
 from django.db.models.functions import ExtractMinute, Floor, TruncHour
 from django.http import HttpRequest, HttpResponse
@@ -38,6 +37,7 @@ from django.utils.safestring import SafeString, mark_safe
 from django.utils.text import Truncator
 from django.utils.translation import gettext as _
 
+from django_intents.admin import databases
 from django_intents.admin.humanize import relative, short_duration
 from django_intents.admin.targets import listing as target_listing
 from django_intents.admin.targets import per_state as targets_per_state
@@ -359,7 +359,7 @@ def dashboard_view(modeladmin: admin.ModelAdmin[Intent], request: HttpRequest) -
     """The page, for users who may view intents."""
     if not modeladmin.has_view_permission(request):
         raise PermissionDenied
-    using = router.db_for_read(Intent)
+    using = databases.chosen(request)
     now = server_now(using)
     pauses = list(PausedKind.objects.using(using).order_by("kind"))
     charts = read_charts(now, using, {pause.kind for pause in pauses})
@@ -372,6 +372,7 @@ def dashboard_view(modeladmin: admin.ModelAdmin[Intent], request: HttpRequest) -
         **modeladmin.admin_site.each_context(request),
         "opts": modeladmin.opts,
         "title": _("Intents dashboard"),
+        "intents_database": databases.shown(modeladmin, request),
         "now": now,
         "charts": charts,
         "has_data": any(chart.rows for chart in charts),

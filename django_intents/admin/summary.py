@@ -96,14 +96,14 @@ class QueueSummary:
         return [str(title) for title in (*KIND_COLUMNS, *limited, PAUSED_COLUMN)]
 
 
-def queue_summary(now: datetime | None = None) -> QueueSummary:
+def queue_summary(now: datetime | None = None, *, using: str | None = None) -> QueueSummary:
     """The backlog and the finished counts as the summary template reads them.
 
     The backlog is exact while at most ``changelist.EXACT`` intents are
     unfinished, and estimated past that where the database can
     (``observability.estimate``); finished states are bounded counts.
     """
-    using = router.db_for_read(Intent)
+    using = using or router.db_for_read(Intent)
     now = server_now(using) if now is None else now
     kinds = present_kinds(using)
     rows = Intent.objects.using(using)

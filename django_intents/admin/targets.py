@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlencode
 
 from django.core.exceptions import PermissionDenied
-from django.db import router
 from django.db.models import Count
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
@@ -31,6 +30,7 @@ from django.urls import reverse
 from django.utils.text import Truncator
 from django.utils.translation import gettext as _
 
+from django_intents.admin import databases
 from django_intents.admin.actions import TARGET_CHANGES, change_target
 from django_intents.admin.humanize import relative
 from django_intents.models import Intent
@@ -141,7 +141,7 @@ def targets_view(modeladmin: admin.ModelAdmin[Intent], request: HttpRequest) -> 
             post.get("seconds"),
         )
         return HttpResponseRedirect(_url(modeladmin, "targets"))
-    using = router.db_for_read(Intent)
+    using = databases.chosen(request)
     now = server_now(using)
     rows = listing(modeladmin, now, using, LISTED)
     states = per_state(using)
@@ -150,6 +150,7 @@ def targets_view(modeladmin: admin.ModelAdmin[Intent], request: HttpRequest) -> 
         **modeladmin.admin_site.each_context(request),
         "opts": modeladmin.opts,
         "title": _("Targets"),
+        "intents_database": databases.shown(modeladmin, request),
         "now": now,
         "rows": rows,
         "per_state": sorted(states.items()),
