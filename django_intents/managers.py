@@ -284,7 +284,12 @@ class IntentManager(models.Manager.from_queryset(IntentQuerySet)):  # type: igno
             if lease_end is not None
         ]
         if rescued and intents_rescued.has_listeners(self.model):
-            _after_commit(backend, lambda: intents_rescued.send(sender=self.model, rescued=rescued))
+            _after_commit(
+                backend,
+                lambda: intents_rescued.send(
+                    sender=self.model, rescued=rescued, database=backend.alias
+                ),
+            )
         # A probe taken over was counted when its lease expired (targets.watch).
         probes = set(filters.exempt)
         taken_over = [
@@ -796,7 +801,12 @@ class IntentManager(models.Manager.from_queryset(IntentQuerySet)):  # type: igno
         def send() -> None:
             for kind, target, state, previous in changes:
                 target_state_changed.send(
-                    sender=model, kind=kind, target=target, state=state, previous=previous
+                    sender=model,
+                    kind=kind,
+                    target=target,
+                    state=state,
+                    previous=previous,
+                    database=backend.alias,
                 )
 
         _after_commit(backend, send)
@@ -833,7 +843,9 @@ class IntentManager(models.Manager.from_queryset(IntentQuerySet)):  # type: igno
         """Tell receivers (metrics) about transitions once they are committed."""
         if kinds and intents_transitioned.has_listeners(self.model):
             model = self.model
-            send = lambda: intents_transitioned.send(sender=model, to=to, kinds=kinds)  # noqa: E731
+            send = lambda: intents_transitioned.send(  # noqa: E731
+                sender=model, to=to, kinds=kinds, database=backend.alias
+            )
             _after_commit(backend, send)
 
 

@@ -21,6 +21,9 @@ class Outcome(StrEnum):
     TIMEOUT = "timeout"  # ran past its timeout: a failure, retried or cancelled at MAX_ATTEMPTS
 
 
+# Every signal also carries database: the alias of the database where it happened
+# (issue 41: the metrics' ``database`` label).
+
 # kinds: list[str], one entry per intent that moved; to: the new state.
 intents_transitioned = Signal()
 

@@ -102,7 +102,7 @@ def test_intents_health_reads_the_named_alias():
 @pytest.mark.django_db
 def test_the_queue_gauges_read_the_alias_a_pool_names(monkeypatch):
     Intent.objects.enqueue("webhook", "counted", "https://example.com/hook")
-    monkeypatch.setattr(QUEUE, "_using", None)
+    monkeypatch.setattr(QUEUE, "_using", ())
     with override_settings(**ELSEWHERE):
         QUEUE.read_from("default")
         families = {family.name: family for family in QUEUE.collect()}

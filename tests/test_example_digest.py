@@ -70,5 +70,10 @@ def test_the_digest_keeps_its_own_metric_label_without_metric_kinds():
     [id] = enqueue_due(now=PARIS_MORNING, kinds=["digest"])
     assert metrics.kind_label("digest") == "digest"  # declared by INTENTS["HANDLERS"]
     metrics.QUEUE.invalidate()
-    assert REGISTRY.get_sample_value("django_intents_pending", {"kind": "digest"}) == 1
+    assert (
+        REGISTRY.get_sample_value(
+            "django_intents_pending", {"kind": "digest", "database": "default"}
+        )
+        == 1
+    )
     assert Intent.objects.get(pk=id).state == "pending"

@@ -45,16 +45,16 @@ ROOT = Path(__file__).resolve().parent.parent
 # handlers of tests/testapp/handlers.py and the django.tasks kind.
 DECLARED = {*suite_settings.EXTERNAL_KINDS, "test.ok", "test.fail", "test.stamp", TASK_KIND}
 LABELS = {
-    "django_intents_pending": {"kind"},
-    "django_intents_oldest_due_age_seconds": {"kind"},
-    "django_intents_oldest_running_seconds": {"kind"},
-    "django_intents_paused": {"kind"},
-    "django_intents_targets": {"kind", "state"},
-    "django_intents_breaker_transitions_total": {"kind", "to"},
-    "django_intents_handler_duration_seconds": {"kind", "outcome"},
-    "django_intents_transitions_total": {"kind", "to"},
-    "django_intents_rescued_total": {"kind"},
-    "django_intents_rescue_delay_seconds": {"kind"},
+    "django_intents_pending": {"kind", "database"},
+    "django_intents_oldest_due_age_seconds": {"kind", "database"},
+    "django_intents_oldest_running_seconds": {"kind", "database"},
+    "django_intents_paused": {"kind", "database"},
+    "django_intents_targets": {"kind", "state", "database"},
+    "django_intents_breaker_transitions_total": {"kind", "to", "database"},
+    "django_intents_handler_duration_seconds": {"kind", "outcome", "database"},
+    "django_intents_transitions_total": {"kind", "to", "database"},
+    "django_intents_rescued_total": {"kind", "database"},
+    "django_intents_rescue_delay_seconds": {"kind", "database"},
 }
 TYPES = {
     "django_intents_pending": "gauge",
@@ -80,6 +80,7 @@ COUNTED = (
 )
 
 Series = tuple[str, frozenset[tuple[str, str]]]
+WEBHOOK = {"kind": "webhook", "database": "default"}  # the labels of a webhook series
 
 
 def parse(text: str) -> dict[Series, float]:
@@ -99,7 +100,8 @@ def scrape(client: Any) -> dict[Series, float]:
 
 
 def series(name: str, **labels: str) -> Series:
-    return (name, frozenset(labels.items()))
+    """A series of ``name``: every one is of a database, ``default`` unless named."""
+    return (name, frozenset({"database": "default", **labels}.items()))
 
 
 def changes(before: dict[Series, float], after: dict[Series, float]) -> dict[Series, float]:
@@ -155,22 +157,26 @@ def test_children_of_the_declared_kinds_exist_before_any_work(client):
     samples = scrape(client)
     kinds = {*DECLARED, "other"}
     assert label_sets(samples, "django_intents_transitions_total") >= {
-        frozenset({"kind": k, "to": to}.items())
+        frozenset({"kind": k, "to": to, "database": "default"}.items())
         for k in kinds
         for to in ("pending", "running", "completed", "cancelled")
     }
     assert label_sets(samples, "django_intents_handler_duration_seconds_count") >= {
-        frozenset({"kind": k, "outcome": o}.items())
+        frozenset({"kind": k, "outcome": o, "database": "default"}.items())
         for k in kinds
         for o in ("success", "error", "stopped", "snoozed", "fenced")
     }
     for name in ("django_intents_rescued_total", "django_intents_rescue_delay_seconds_count"):
-        assert label_sets(samples, name) >= {frozenset({"kind": k}.items()) for k in kinds}
+        assert label_sets(samples, name) >= {
+            frozenset({"kind": k, "database": "default"}.items()) for k in kinds
+        }
     # The gauges list the kinds declared now (a test may have registered one more).
     now_declared = {*metric_kinds(), "other"}
     assert now_declared >= kinds
     for name in ("django_intents_pending", "django_intents_oldest_due_age_seconds"):
-        assert label_sets(samples, name) == {frozenset({"kind": k}.items()) for k in now_declared}
+        assert label_sets(samples, name) == {
+            frozenset({"kind": k, "database": "default"}.items()) for k in now_declared
+        }
 
 
 # -- counters after a known sequence ---------------------------------------------------
@@ -260,7 +266,12 @@ def test_rescue_delay_lands_in_the_matching_buckets(client, django_capture_on_co
 @pytest.mark.django_db(transaction=True)
 def test_a_rescue_is_counted_when_its_claim_commits_and_never_when_rolled_back():
     def rescued() -> float:
-        return REGISTRY.get_sample_value("django_intents_rescued_total", {"kind": "job"}) or 0.0
+        return (
+            REGISTRY.get_sample_value(
+                "django_intents_rescued_total", {"kind": "job", "database": "default"}
+            )
+            or 0.0
+        )
 
     class Abort(Exception):
         pass
@@ -283,7 +294,8 @@ def test_a_rescue_is_counted_when_its_claim_commits_and_never_when_rolled_back()
 def test_transitions_are_counted_when_committed_and_never_when_rolled_back():
     def count() -> float:
         return REGISTRY.get_sample_value(
-            "django_intents_transitions_total", {"kind": "webhook", "to": "pending"}
+            "django_intents_transitions_total",
+            {"kind": "webhook", "to": "pending", "database": "default"},
         )
 
     start = count()
@@ -435,8 +447,8 @@ def test_per_tenant_kinds_add_no_cached_series_beyond_other(client):
         attempt_finished.send(
             sender=Intent, kind=f"tenant-{n}-export", outcome="error", duration=0.1, intent=None
         )
-    assert ("other", "error") in metrics._durations
-    assert not any(re.fullmatch(r"tenant-\d+-export", label) for label, _ in metrics._durations)
+    assert ("other", "error", "default") in metrics._durations
+    assert not any(re.fullmatch(r"tenant-\d+-export", label) for label, _, _ in metrics._durations)
     moved = changes(before, scrape(client))
     assert (
         moved[
@@ -459,13 +471,13 @@ def test_attempt_finished_observes_handler_duration_per_outcome():
         )
     name = "django_intents_handler_duration_seconds"
     for outcome, duration in observed.items():
-        assert_metric_diff(registry, 1, f"{name}_count", kind="webhook", outcome=outcome)
-        assert_metric_diff(registry, duration, f"{name}_sum", kind="webhook", outcome=outcome)
-    labels = {"kind": "webhook", "outcome": "success"}
+        assert_metric_diff(registry, 1, f"{name}_count", outcome=outcome, **WEBHOOK)
+        assert_metric_diff(registry, duration, f"{name}_sum", outcome=outcome, **WEBHOOK)
+    labels = {**WEBHOOK, "outcome": "success"}
     assert_metric_diff(registry, 1, f"{name}_bucket", le="0.025", **labels)
     assert_metric_diff(registry, 0, f"{name}_bucket", le="0.01", **labels)
-    assert_metric_diff(registry, 1, f"{name}_bucket", le="60.0", kind="webhook", outcome="fenced")
-    assert_metric_diff(registry, 0, f"{name}_bucket", le="30.0", kind="webhook", outcome="fenced")
+    assert_metric_diff(registry, 1, f"{name}_bucket", le="60.0", outcome="fenced", **WEBHOOK)
+    assert_metric_diff(registry, 0, f"{name}_bucket", le="30.0", outcome="fenced", **WEBHOOK)
 
 
 @pytest.mark.django_db
@@ -476,17 +488,15 @@ def test_attempt_finished_with_an_unknown_outcome_is_a_bug_not_a_new_series():
             sender=Intent, kind="webhook", outcome="crashed", duration=1.0, intent=None
         )
     assert (
-        get_metric(
-            "django_intents_handler_duration_seconds_count", kind="webhook", outcome="crashed"
-        )
+        get_metric("django_intents_handler_duration_seconds_count", outcome="crashed", **WEBHOOK)
         is None
     )
     assert_metric_diff(
         registry,
         0,
         "django_intents_handler_duration_seconds_count",
-        kind="webhook",
         outcome="error",
+        **WEBHOOK,
     )
 
 
@@ -616,7 +626,7 @@ def test_gauges_estimate_a_backlog_past_the_bound(client, monkeypatch):
     first = scrape(client)  # exact: it finds more than the bound
     assert first[series("django_intents_pending", kind="webhook")] == 5
     assert label_sets(first, "django_intents_limited")
-    metrics.QUEUE._read_at = None  # the cache expires; the next read estimates
+    metrics.QUEUE.expire()  # the cache expires; the next read estimates
 
     def exact(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("the exact backlog was read past the bound")
@@ -642,16 +652,16 @@ def test_gauges_are_exact_again_once_the_backlog_is_back_under_the_bound(client,
     monkeypatch.setattr(gauges, "EXACT_UP_TO", 3)
     big_queue(5)
     scrape(client)
-    assert metrics.QUEUE._estimating is True
+    assert metrics.QUEUE._readings["default"].estimating is True
     Intent.objects.filter(kind="webhook").update(state="completed")
     # Estimates lag (the planner's statistics are refreshed now and then): a bound
     # far above the five intents, so that any estimate is under it.
     monkeypatch.setattr(gauges, "EXACT_UP_TO", 1000)
-    metrics.QUEUE._read_at = None
+    metrics.QUEUE.expire()
     samples = scrape(client)
     assert samples[series("django_intents_pending", kind="webhook")] == 0
     assert label_sets(samples, "django_intents_limited")
-    assert metrics.QUEUE._estimating is False
+    assert metrics.QUEUE._readings["default"].estimating is False
 
 
 @pytest.mark.django_db
@@ -722,7 +732,8 @@ def test_enqueue_claim_complete_cost_the_same_with_10_or_10000_pending():
 
     def moved() -> float:
         return REGISTRY.get_sample_value(
-            "django_intents_transitions_total", {"kind": "webhook", "to": "completed"}
+            "django_intents_transitions_total",
+            {"kind": "webhook", "to": "completed", "database": "default"},
         )
 
     start = moved()
@@ -930,7 +941,8 @@ def test_importing_metrics_again_registers_nothing_twice():
         "from prometheus_client import REGISTRY, generate_latest\n"
         "import django_intents.observability.metrics as m\n"
         "kept = (m.TRANSITIONS, m.HANDLER_DURATION, m.RESCUED, m.RESCUE_DELAY, m.QUEUE)\n"
-        "m.QUEUE._cached_rows = lambda: ([], True, {})\n"
+        "import django_intents.observability.gauges as g\n"
+        "m.QUEUE._cached = lambda alias: g._Reading()\n"
         "importlib.reload(m)\n"
         "importlib.reload(m)\n"
         "m.connect()\n"

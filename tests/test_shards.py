@@ -19,13 +19,16 @@ import pytest
 from django.core.checks import run_checks
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management import CommandError, call_command
-from django.db import transaction
+from django.db import DatabaseError, transaction
 from django.test import override_settings
 from django.urls import reverse
+from prometheus_client import REGISTRY
 
 from django_intents.conf import get_settings, parse
 from django_intents.maintenance.schedules import enqueue_due
 from django_intents.models import Intent, PausedKind
+from django_intents.observability import gauges
+from django_intents.observability.gauges import QUEUE
 from django_intents.routers import TargetShardRouter
 from django_intents.rules.identity import intent_id
 from django_intents.rules.shards import shard_of
@@ -470,3 +473,53 @@ def test_with_one_database_the_admin_offers_no_switch(admin_client):
     Intent.objects.enqueue(KIND, "one", "t", now=T0)
     page = admin_client.get(url(CHANGELIST)).content.decode()
     assert "intents-database" not in page
+
+
+# -- metrics, per database ---------------------------------------------------------------
+
+
+def sample(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+def test_a_transition_is_counted_under_the_database_it_happened_on():
+    moved = "django_intents_transitions_total"
+    before = {a: sample(moved, kind=KIND, to="pending", database=a) for a in ALIASES}
+    Intent.objects.db_manager("shard").enqueue_many(
+        [{"kind": KIND, "event_id": f"e{i}", "target": "t"} for i in range(3)], now=T0
+    )
+    Intent.objects.db_manager("default").enqueue(KIND, "one", "t", now=T0)
+    after = {a: sample(moved, kind=KIND, to="pending", database=a) for a in ALIASES}
+    assert {a: after[a] - before[a] for a in ALIASES} == {"default": 1, "shard": 3}
+
+
+def test_the_gauges_read_every_database_of_the_queue():
+    enqueue_on("default", KIND, 2)
+    enqueue_on("shard", KIND, 5)
+    with override_settings(INTENTS=intents(DATABASES=ALIASES)):
+        QUEUE.invalidate()
+        families = {family.name: family for family in QUEUE.collect()}
+    pending = {
+        s.labels["database"]: s.value
+        for s in families["django_intents_pending"].samples
+        if s.labels["kind"] == KIND
+    }
+    assert pending == {"default": 2, "shard": 5}
+
+
+def test_a_database_the_gauges_cannot_read_leaves_out_only_its_own_series(monkeypatch):
+    enqueue_on("default", KIND, 2)
+    real = gauges.read_backlog
+
+    def failing(*args: Any, using: str, **kwargs: Any) -> Any:
+        if using == "shard":
+            raise DatabaseError("the shard is down")
+        return real(*args, using=using, **kwargs)
+
+    monkeypatch.setattr(gauges, "read_backlog", failing)
+    with override_settings(INTENTS=intents(DATABASES=ALIASES)):
+        QUEUE.invalidate()
+        families = {family.name: family for family in QUEUE.collect()}
+    databases = {s.labels["database"] for s in families["django_intents_pending"].samples}
+    assert databases == {"default"}
+    QUEUE.invalidate()

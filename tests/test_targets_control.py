@@ -278,6 +278,7 @@ def test_the_signal_is_sent_once_the_change_commits_and_never_when_rolled_back(h
             "kind": "webhook",
             "target": HOOK,
             "state": TargetHealth.HELD,
+            "database": "default",
             "previous": TargetHealth.CLOSED,
         }
     ]
@@ -298,7 +299,7 @@ def fresh_gauges() -> Iterator[None]:
 
 def breaker_moves(kind: str, to: str) -> float:
     value = REGISTRY.get_sample_value(
-        "django_intents_breaker_transitions_total", {"kind": kind, "to": to}
+        "django_intents_breaker_transitions_total", {"kind": kind, "to": to, "database": "default"}
     )
     assert value is not None, (kind, to)
     return value

@@ -403,8 +403,8 @@ def test_metrics_port_serves_health_and_handler_metrics(start_worker):
         exported = response.read().decode()
     # test.ok has a handler, so it keeps its label without METRIC_KINDS.
     assert (
-        'django_intents_handler_duration_seconds_count{kind="test.ok",outcome="success"} 1.0'
-        in (exported)
+        'django_intents_handler_duration_seconds_count{database="default",kind="test.ok",'
+        'outcome="success"} 1.0' in (exported)
     )
     worker.signal(signal.SIGTERM)
     worker.assert_clean_exit(timeout=15)

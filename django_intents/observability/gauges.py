@@ -26,6 +26,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 from django.core.signals import setting_changed
@@ -83,55 +84,91 @@ GAUGES = (
 )
 
 
+@dataclass
+class _Reading:
+    """One database's cached rows (``QueueCollector``)."""
+
+    rows: list[KindBacklog] = field(default_factory=list)
+    targets: dict[tuple[str, str], int] = field(default_factory=dict)  # (kind, state): targets
+    exact: bool = True  # False: the rows are estimates (``estimate_backlog``)
+    estimating: bool = False  # the last read found more than EXACT_UP_TO
+    read_at: float | None = None
+
+
 class QueueCollector(Collector):
-    """Exports the queue gauges from the backlog rows, cached.
+    """Exports the queue gauges from the backlog rows, cached, per database.
 
     The database rows are cached for ``GAUGE_CACHE`` seconds: a scrape inside
     that window runs no query. Ages are computed from the cached times at each
-    scrape, so a stuck queue's age keeps rising between refreshes.
+    scrape, so a stuck queue's age keeps rising between refreshes. Every
+    series carries the ``database`` it was read from: the queue's databases
+    (``INTENTS["DATABASES"]``), else those a worker serves
+    (``run_intent_workers --database``), else the routers' one.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._rows: list[KindBacklog] = []
-        self._targets: dict[tuple[str, str], int] = {}  # (kind, state): targets
-        self._exact = True  # False: the rows are estimates (``estimate_backlog``)
-        self._estimating = False  # the last read found more than EXACT_UP_TO
-        self._read_at: float | None = None
-        self._using: str | None = None
+        self._readings: dict[str, _Reading] = {}
+        self._using: tuple[str, ...] = ()
 
-    def read_from(self, using: str) -> None:
+    def read_from(self, *using: str) -> None:
         """Read the queue on ``using`` from now on (``run_intent_workers --database``)."""
         with self._lock:
-            self._using, self._read_at = using, None
+            self._using, self._readings = tuple(using), {}
+
+    def expire(self) -> None:
+        """Let the next scrape read every database again, as after ``GAUGE_CACHE``, keeping
+        whether each read estimates."""
+        with self._lock:
+            for reading in self._readings.values():
+                reading.read_at = None
 
     def invalidate(self) -> None:
         """Forget the cached rows, so the next scrape reads the database, exactly."""
         with self._lock:
-            self._read_at, self._estimating = None, False
+            self._readings = {}
+
+    def databases(self) -> tuple[str, ...]:
+        listed = get_settings().databases
+        if listed is not None:
+            return listed
+        return self._using or (router.db_for_read(Intent),)
 
     def describe(self) -> Iterator[Metric]:
         # With describe(), registering does not call collect(): no query at import.
         yield from self._families()
 
     def _families(self) -> list[GaugeMetricFamily]:
-        families = [GaugeMetricFamily(name, text, labels=["kind"]) for name, text in GAUGES]
+        labels = ["kind", "database"]
+        families = [GaugeMetricFamily(name, text, labels=labels) for name, text in GAUGES]
         text = (
             "Targets of the kind per state: held (by hand or by Retry(hold_target=True)), "
             "open or half_open (circuit breaker), closed (counting consecutive failures)."
         )
-        return [*families, GaugeMetricFamily(TARGETS, text, labels=["kind", "state"])]
+        return [*families, GaugeMetricFamily(TARGETS, text, labels=["kind", "state", "database"])]
 
     def collect(self) -> Iterator[Metric]:
-        families = pending, oldest, running, limited, paused, targets = self._families()
-        try:
-            rows, exact, target_counts = self._cached_rows()
-        except DatabaseError:
-            # One failing gauge must not take the counters down with it: the
-            # scrape still answers, and the gauges are absent until the next one.
-            logger.warning("django-intents: could not read the queue for metrics", exc_info=True)
-            yield from families
-            return
+        families = self._families()
+        for alias in self.databases():
+            try:
+                reading = self._cached(alias)
+                now = server_now(alias)
+            except DatabaseError:
+                # One failing database must not take the others, or the counters,
+                # down with it: the scrape still answers, without its gauges.
+                logger.warning(
+                    "django-intents: could not read the queue on %r for metrics",
+                    alias,
+                    exc_info=True,
+                )
+                continue
+            self._add(families, alias, reading, now)
+        yield from families
+
+    def _add(
+        self, families: list[GaugeMetricFamily], alias: str, reading: _Reading, now: Any
+    ) -> None:
+        pending, oldest, running, limited, paused, targets = families
         kinds = metric_kinds()
         labels = (*sorted(kinds), OTHER)  # a set: sorted, so every scrape lists them alike
         counts = dict.fromkeys(labels, 0)
@@ -139,8 +176,7 @@ class QueueCollector(Collector):
         stopped = dict.fromkeys(labels, 0)
         ages = dict.fromkeys(labels, 0.0)
         runs = dict.fromkeys(labels, 0.0)
-        now = server_now(self._using)
-        for row in rows:
+        for row in reading.rows:
             label = row.kind if row.kind in kinds else OTHER
             counts[label] += row.pending
             held[label] += row.limited
@@ -151,45 +187,45 @@ class QueueCollector(Collector):
                 since = (now - row.oldest_running).total_seconds()
                 runs[label] = max(runs[label], since)
         for label in counts:
-            pending.add_metric([label], counts[label])
-            oldest.add_metric([label], ages[label])
-            running.add_metric([label], runs[label])
-            if exact:
-                limited.add_metric([label], held[label])
-            paused.add_metric([label], stopped[label])
+            pending.add_metric([label, alias], counts[label])
+            oldest.add_metric([label, alias], ages[label])
+            running.add_metric([label, alias], runs[label])
+            if reading.exact:
+                limited.add_metric([label, alias], held[label])
+            paused.add_metric([label, alias], stopped[label])
         per_state: dict[tuple[str, str], int] = {
             (label, state.value): 0 for label in labels for state in TARGET_STATES
         }
-        for (kind, state), count in target_counts.items():
+        for (kind, state), count in reading.targets.items():
             per_state[kind if kind in kinds else OTHER, state] += count
         for (label, state), count in per_state.items():
-            targets.add_metric([label, state], count)
-        yield from families
+            targets.add_metric([label, state, alias], count)
 
-    def _cached_rows(self) -> tuple[list[KindBacklog], bool, dict[tuple[str, str], int]]:
-        """The backlog's rows per kind, whether they are exact, and the targets per state."""
+    def _cached(self, alias: str) -> _Reading:
+        """The backlog's rows per kind on ``alias``, whether they are exact, and its
+        targets per state."""
         # Concurrent scrapes wait for the one that is reading instead of all querying.
         with self._lock:
+            reading = self._readings.setdefault(alias, _Reading())
             ttl = get_settings().gauge_cache
-            fresh = self._read_at is not None and time.monotonic() - self._read_at < ttl
+            fresh = reading.read_at is not None and time.monotonic() - reading.read_at < ttl
             if not fresh:
-                backlog = self._read()
-                self._targets = count_target_rows(self._using or router.db_for_read(Intent))
-                self._rows, self._exact = backlog.kinds, backlog.exact
-                self._read_at = time.monotonic()
-            return self._rows, self._exact, self._targets
+                backlog = self._read(alias, reading)
+                reading.targets = count_target_rows(alias)
+                reading.rows, reading.exact = backlog.kinds, backlog.exact
+                reading.read_at = time.monotonic()
+            return reading
 
-    def _read(self) -> Backlog:
+    def _read(self, alias: str, reading: _Reading) -> Backlog:
         """Exact while the last read found at most ``EXACT_UP_TO`` active intents, else
         estimated; exact again once an estimate is back under the bound."""
-        if self._estimating:
-            using = self._using or router.db_for_read(Intent)
-            kinds = present_kinds(backend_for(connections[using], Intent))
-            estimated = estimate_backlog(server_now(using), kinds, using)
+        if reading.estimating:
+            kinds = present_kinds(backend_for(connections[alias], Intent))
+            estimated = estimate_backlog(server_now(alias), kinds, alias)
             if estimated is not None and estimated.active > EXACT_UP_TO:
                 return estimated
-        backlog = read_backlog(using=self._using)
-        self._estimating = backlog.active > EXACT_UP_TO
+        backlog = read_backlog(using=alias)
+        reading.estimating = backlog.active > EXACT_UP_TO
         return backlog
 
 

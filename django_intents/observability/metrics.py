@@ -27,8 +27,9 @@ from socketserver import ThreadingMixIn
 from typing import Any, TypeVar, cast
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
+from django.apps import apps
 from django.core.exceptions import ImproperlyConfigured
-from django.db import connections
+from django.db import connections, router
 from django.http import HttpRequest, HttpResponse
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -41,6 +42,7 @@ from prometheus_client import (
     multiprocess,
 )
 
+from django_intents.conf import get_settings
 from django_intents.handlers import metric_kinds
 from django_intents.observability import log as logger
 from django_intents.observability.gauges import OTHER, QUEUE, registered
@@ -88,26 +90,26 @@ HANDLER_DURATION = _define(
     "django_intents_handler_duration_seconds",
     "Time a handler attempt took, per kind and outcome "
     "(success, error, stopped, snoozed, fenced, timeout).",
-    ("kind", "outcome"),
+    ("kind", "outcome", "database"),
     buckets=DURATION_BUCKETS,
 )
 TRANSITIONS = _define(
     Counter,
     "django_intents_transitions_total",
     "State changes made by this process, per kind and new state, administrative ones included.",
-    ("kind", "to"),
+    ("kind", "to", "database"),
 )
 RESCUED = _define(
     Counter,
     "django_intents_rescued_total",
     "Claims that took over an expired lease (crash or stall recovery), per kind.",
-    ("kind",),
+    ("kind", "database"),
 )
 RESCUE_DELAY = _define(
     Histogram,
     "django_intents_rescue_delay_seconds",
     "Seconds from a lease's expiry to the claim that rescued its intent, per kind.",
-    ("kind",),
+    ("kind", "database"),
     buckets=RESCUE_BUCKETS,
 )
 
@@ -116,7 +118,7 @@ BREAKER_TRANSITIONS = _define(
     "django_intents_breaker_transitions_total",
     "Circuit breaker moves made by this process, per kind and new state "
     "(open, half_open, closed from open or half_open).",
-    ("kind", "to"),
+    ("kind", "to", "database"),
 )
 
 
@@ -125,56 +127,94 @@ def kind_label(kind: str) -> str:
     return kind if kind in metric_kinds() else OTHER
 
 
-# The duration series of each label and outcome, as ``labels()`` returns it:
-# every attempt observes one, and ``labels()`` checks and locks on every call.
-# Keyed by the label, not the kind, so it holds no more than the series do.
-_durations: dict[tuple[str, str], Any] = {}
+def database_label(database: str | None) -> str:
+    """The ``database`` label: the alias a signal names, else the routers' one for
+    ``Intent`` (a sender that names none, from before issue 41)."""
+    if database:
+        return database
+    return str(router.db_for_write(apps.get_model("django_intents", "Intent")))
 
 
-def _duration(kind: str, outcome: str) -> Any:
-    key = (kind_label(kind), outcome)
+def databases() -> tuple[str, ...]:
+    """The databases whose series exist from start-up: ``INTENTS["DATABASES"]`` or the one."""
+    return get_settings().databases or (database_label(None),)
+
+
+# The duration series of each label, outcome and database, as ``labels()``
+# returns it: every attempt observes one, and ``labels()`` checks and locks on
+# every call. Keyed by the label, not the kind, so it holds no more than the
+# series do.
+_durations: dict[tuple[str, str, str], Any] = {}
+
+
+def _duration(kind: str, outcome: str, database: str) -> Any:
+    key = (kind_label(kind), outcome, database)
     series = _durations.get(key)
     if series is None:
-        series = _durations[key] = HANDLER_DURATION.labels(kind=key[0], outcome=outcome)
+        series = _durations[key] = HANDLER_DURATION.labels(
+            kind=key[0], outcome=outcome, database=database
+        )
     return series
 
 
 # -- receivers -----------------------------------------------------------------
 
 
-def _on_transitioned(sender: Any, *, to: str, kinds: Iterable[str], **kwargs: Any) -> None:
+def _on_transitioned(
+    sender: Any, *, to: str, kinds: Iterable[str], database: str | None = None, **kwargs: Any
+) -> None:
     if to not in STATES:
         raise ValueError(f"intents_transitioned: to={to!r} is not one of {STATES}")
     # enqueue_many sends thousands of kinds at once: one increment per label.
-    known = metric_kinds()
+    known, alias = metric_kinds(), database_label(database)
     for label, count in Tally(kind if kind in known else OTHER for kind in kinds).items():
-        TRANSITIONS.labels(kind=label, to=to).inc(count)
+        TRANSITIONS.labels(kind=label, to=to, database=alias).inc(count)
 
 
-def _on_rescued(sender: Any, *, rescued: Iterable[tuple[str, float]], **kwargs: Any) -> None:
+def _on_rescued(
+    sender: Any,
+    *,
+    rescued: Iterable[tuple[str, float]],
+    database: str | None = None,
+    **kwargs: Any,
+) -> None:
+    alias = database_label(database)
     for kind, delay in rescued:
         label = kind_label(kind)
-        RESCUED.labels(kind=label).inc()
-        RESCUE_DELAY.labels(kind=label).observe(max(delay, 0.0))
+        RESCUED.labels(kind=label, database=alias).inc()
+        RESCUE_DELAY.labels(kind=label, database=alias).observe(max(delay, 0.0))
 
 
 def _on_attempt_finished(
-    sender: Any, *, kind: str, outcome: str, duration: float, **kwargs: Any
+    sender: Any,
+    *,
+    kind: str,
+    outcome: str,
+    duration: float,
+    database: str | None = None,
+    **kwargs: Any,
 ) -> None:
     if outcome not in OUTCOMES:
         raise ValueError(f"attempt_finished: outcome={outcome!r} is not one of {OUTCOMES}")
-    _duration(kind, outcome).observe(duration)
+    _duration(kind, outcome, database_label(database)).observe(duration)
 
 
 def _on_target_state_changed(
-    sender: Any, *, kind: str, state: str, previous: str, **kwargs: Any
+    sender: Any,
+    *,
+    kind: str,
+    state: str,
+    previous: str,
+    database: str | None = None,
+    **kwargs: Any,
 ) -> None:
     """Count a breaker's moves; a hold, or a closing that was no breaker's, is none."""
     if state == previous:
         return
     breaker = (TargetHealth.OPEN, TargetHealth.HALF_OPEN)
     if state in breaker or (state == TargetHealth.CLOSED and previous in breaker):
-        BREAKER_TRANSITIONS.labels(kind=kind_label(kind), to=str(state)).inc()
+        alias = database_label(database)
+        BREAKER_TRANSITIONS.labels(kind=kind_label(kind), to=str(state), database=alias).inc()
 
 
 def connect() -> None:
@@ -203,15 +243,16 @@ def precreate(kinds: Iterable[str]) -> None:
     A series that appears only on its first increment makes ``rate()`` and
     ``increase()`` miss that increment; existing at zero from start-up, it does not.
     """
-    for kind in (*kinds, OTHER):
-        for to in STATES:
-            TRANSITIONS.labels(kind=kind, to=to)
-        for outcome in OUTCOMES:
-            HANDLER_DURATION.labels(kind=kind, outcome=outcome)
-        RESCUED.labels(kind=kind)
-        RESCUE_DELAY.labels(kind=kind)
-        for state in BREAKER_STATES:
-            BREAKER_TRANSITIONS.labels(kind=kind, to=state.value)
+    for database in databases():
+        for kind in (*kinds, OTHER):
+            for to in STATES:
+                TRANSITIONS.labels(kind=kind, to=to, database=database)
+            for outcome in OUTCOMES:
+                HANDLER_DURATION.labels(kind=kind, outcome=outcome, database=database)
+            RESCUED.labels(kind=kind, database=database)
+            RESCUE_DELAY.labels(kind=kind, database=database)
+            for state in BREAKER_STATES:
+                BREAKER_TRANSITIONS.labels(kind=kind, to=state.value, database=database)
 
 
 # -- exposition --------------------------------------------------------------------

@@ -230,7 +230,12 @@ class Executor:
 def send_finished(claim: Claim, outcome: Outcome) -> None:
     intent = claim.intent
     for receiver, error in attempt_finished.send_robust(
-        sender=Intent, kind=intent.kind, outcome=outcome, duration=claim.duration, intent=intent
+        sender=Intent,
+        kind=intent.kind,
+        outcome=outcome,
+        duration=claim.duration,
+        intent=intent,
+        database=intent._state.db,
     ):
         if isinstance(error, Exception):
             log.error("attempt_finished receiver %r failed: %s", receiver, cause_text(error))

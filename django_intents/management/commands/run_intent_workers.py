@@ -187,11 +187,6 @@ class Command(BaseCommand):
                 "serves several databases listens on each of them: unset it, or run one "
                 "process per database"
             )
-        if several and options["metrics_port"] is not None:
-            raise CommandError(
-                "--metrics-port exports one database's gauges, without a database label "
-                "yet: run one process per database to export metrics"
-            )
         # A database error here is an outage, not a set-up step: the pool rides
         # it out for --db-error-timeout like any other.
         for alias in aliases:
@@ -221,7 +216,7 @@ class Command(BaseCommand):
         runner: WorkerPool | Fleet = Fleet(pools, drain=ends) if several else pools[aliases[0]]
         server = None
         if options["metrics_port"] is not None:
-            QUEUE.read_from(aliases[0])
+            QUEUE.read_from(*aliases)
             server = self._serve_metrics(options["metrics_addr"], options["metrics_port"], runner)
         try:
             if ends:
