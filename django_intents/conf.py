@@ -59,6 +59,13 @@ class IntentSettings:
     listen_database: str | None = None
     # The aliases the queue lives on (issue 41); None: the one the router picks.
     databases: tuple[str, ...] | None = None
+    # The replica each queue database's admin counts and gauges read (READ_DATABASE).
+    read_databases: Mapping[str, str] = field(default_factory=dict)
+
+    def read_alias(self, alias: str) -> str:
+        """The database the admin's counts and the gauges of ``alias`` read: its replica
+        (``READ_DATABASE``, issue 41), else ``alias`` itself."""
+        return self.read_databases.get(alias) or self.read_databases.get("") or alias
 
     @property
     def renew_interval(self) -> float:
@@ -177,6 +184,24 @@ def _databases(key: str, value: Any) -> tuple[str, ...] | None:
     return tuple(value)
 
 
+def _read_databases(key: str, value: Any) -> dict[str, str]:
+    """``READ_DATABASE``: one alias (the replica of the queue's one database), or a dict
+    of queue alias -> replica alias; checked against ``DATABASES`` in ``parse``."""
+    if value is None:
+        return {}
+    if isinstance(value, str):
+        _alias(key, value)
+        return {"": value}
+    if not isinstance(value, Mapping) or not value:
+        raise SettingError(
+            key, f"must be a database alias or a dict of alias -> alias, not {value!r}"
+        )
+    for queue, replica in value.items():
+        _alias(key, queue)
+        _alias(key, replica)
+    return dict(value)
+
+
 def _limits(
     key: str, value: Any
 ) -> tuple[dict[str, Limit], dict[str, float], dict[str, TargetPolicy]]:
@@ -210,6 +235,7 @@ _PARSERS: dict[str, tuple[str, Callable[[str, Any], Any]]] = {
     "SCHEDULES": ("schedules", _schedules),
     "LISTEN_DATABASE": ("listen_database", _alias),
     "DATABASES": ("databases", _databases),
+    "READ_DATABASE": ("read_databases", _read_databases),
 }
 
 
@@ -235,6 +261,20 @@ def parse(raw: Any) -> tuple[IntentSettings, list[SettingError]]:
         # and how each target of a kind is treated (SPEC §14)
         values["limits"], values["timeouts"], values["targets"] = values["limits"]
     built = IntentSettings(**values)
+    several = built.databases is not None and len(built.databases) > 1
+    if "" in built.read_databases and several:
+        errors.append(
+            SettingError(
+                "READ_DATABASE",
+                "names one replica, but DATABASES lists several: map each queue database "
+                "to its replica, {alias: replica}",
+            )
+        )
+    strays = sorted(set(built.read_databases) - {"", *(built.databases or ())})
+    if strays and built.databases is not None:
+        errors.append(
+            SettingError("READ_DATABASE", f"maps {', '.join(map(repr, strays))}, not in DATABASES")
+        )
     if not errors and built.renew is not None and built.renew >= built.lease:
         errors.append(SettingError("RENEW", f"({built.renew}) must be shorter than LEASE"))
     return built, errors

@@ -77,6 +77,8 @@ if SHARD:
     DATABASES["shard"] = database(SHARD, f"{TEST_NAME}_shard")
     if SHARD == "sqlite":
         DATABASES["shard"]["NAME"] = str(BASE_DIR / ".tmp" / f"intents{SUFFIX}_shard.sqlite3")
+    # A "replica" of the first: the same test database (INTENTS["READ_DATABASE"]).
+    DATABASES["replica"] = {**DATABASES["default"], "TEST": {"MIRROR": "default"}}
 
 (BASE_DIR / ".tmp").mkdir(exist_ok=True)
 

@@ -19,8 +19,9 @@ import pytest
 from django.core.checks import run_checks
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management import CommandError, call_command
-from django.db import DatabaseError, transaction
+from django.db import DatabaseError, connections, transaction
 from django.test import override_settings
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from prometheus_client import REGISTRY
 
@@ -32,12 +33,14 @@ from django_intents.observability.gauges import QUEUE
 from django_intents.routers import TargetShardRouter
 from django_intents.rules.identity import intent_id
 from django_intents.rules.shards import shard_of
+from django_intents.store import backend_for
+from django_intents.store.replicas import replica_lag
 
 from .conftest import T0, intents
 from .test_worker_process import start_worker  # noqa: F401 - the fixture
 from .workerutil import wait_for
 
-pytestmark = pytest.mark.django_db(databases=["default", "shard"], transaction=True)
+pytestmark = pytest.mark.django_db(databases=["default", "shard", "replica"], transaction=True)
 
 ALIASES = ["default", "shard"]
 SHARDED = "django_intents.routers.TargetShardRouter"
@@ -523,3 +526,71 @@ def test_a_database_the_gauges_cannot_read_leaves_out_only_its_own_series(monkey
     databases = {s.labels["database"] for s in families["django_intents_pending"].samples}
     assert databases == {"default"}
     QUEUE.invalidate()
+
+
+# -- read replicas -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("databases", "value", "message"),
+    [
+        (None, "nowhere", "must be a database alias"),
+        (None, {"default": "nowhere"}, "must be a database alias"),
+        (None, [], "must be a database alias or a dict"),
+        (ALIASES, "replica", "names one replica, but DATABASES lists several"),
+        (["default"], {"shard": "replica"}, "maps 'shard', not in DATABASES"),
+    ],
+)
+def test_a_bad_read_database_is_refused_naming_what_is_wrong(databases, value, message):
+    raw = {"READ_DATABASE": value} if databases is None else {"DATABASES": databases}
+    raw["READ_DATABASE"] = value
+    _, errors = parse(raw)
+    assert [e.key for e in errors] == ["READ_DATABASE"]
+    assert message in str(errors[0]), errors[0]
+
+
+def test_the_read_database_maps_each_queue_database_to_its_replica():
+    with override_settings(INTENTS=intents(READ_DATABASE="replica")):
+        assert get_settings().read_alias("default") == "replica"
+    mapped = intents(DATABASES=ALIASES, READ_DATABASE={"default": "replica"})
+    with override_settings(INTENTS=mapped):
+        assert get_settings().read_alias("default") == "replica"
+        assert get_settings().read_alias("shard") == "shard"
+
+
+def test_the_admins_counts_read_the_replica_and_say_how_stale_they_may_be(admin_client):
+    enqueue_on("default", KIND, 3)
+    with (
+        override_settings(INTENTS=intents(READ_DATABASE="replica")),
+        CaptureQueriesContext(connections["replica"]) as on_replica,
+        CaptureQueriesContext(connections["default"]) as on_primary,
+    ):
+        page = admin_client.get(url(CHANGELIST)).content.decode()
+    # A test's "replica" is the primary itself: it says it is not replaying.
+    assert 'data-replica="replica"' in page and "not replaying" in page
+    assert any("count" in q["sql"].lower() for q in on_replica.captured_queries)
+    # The summary's counts and the list's count came from the replica; the rows did not.
+    assert not any("claim_token" in q["sql"] for q in on_replica.captured_queries)
+    assert any("claim_token" in q["sql"] for q in on_primary.captured_queries)
+
+
+def test_the_gauges_read_the_replica_and_keep_the_queues_database_label():
+    enqueue_on("default", KIND, 4)
+    with (
+        override_settings(INTENTS=intents(READ_DATABASE="replica")),
+        CaptureQueriesContext(connections["replica"]) as on_replica,
+    ):
+        QUEUE.invalidate()
+        families = {family.name: family for family in QUEUE.collect()}
+    pending = {
+        s.labels["database"]: s.value
+        for s in families["django_intents_pending"].samples
+        if s.labels["kind"] == KIND
+    }
+    assert pending == {"default": 4}
+    assert on_replica.captured_queries, "the gauges read the primary"
+    QUEUE.invalidate()
+
+
+def test_a_replica_that_replays_nothing_says_so():
+    assert replica_lag(backend_for(connections["replica"], Intent)).replaying is False

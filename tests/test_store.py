@@ -441,6 +441,7 @@ def test_every_database_defines_the_same_statements_for_the_shared_verbs():
         "target_paces",
         "pace_successes",
         "pace_starts_delete",
+        "replica_lag",
     }
     own = {
         "sqlite": {"claim_update", "begin_immediate", "commit", "rollback", "data_version"},

@@ -15,8 +15,9 @@ from tests.settings import *  # noqa: F403
 from tests.settings import BASE_DIR, DATABASES, INTENTS
 
 DATABASES["default"]["NAME"] = DATABASES["default"]["TEST"]["NAME"]
-if "shard" in DATABASES:  # tests/test_shards.py's second database
+if "shard" in DATABASES:  # tests/test_shards.py's second database, and its replica
     DATABASES["shard"]["NAME"] = DATABASES["shard"]["TEST"]["NAME"]
+    DATABASES["replica"]["NAME"] = DATABASES["default"]["NAME"]
 if "direct" in DATABASES:  # the pgbouncer configuration's unpooled alias, for LISTEN
     DATABASES["direct"]["NAME"] = DATABASES["default"]["NAME"]
 if "INTENTS_TEST_CONN_MAX_AGE" in os.environ:

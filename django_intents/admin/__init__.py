@@ -31,7 +31,6 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_POST
 
-from django_intents.admin import databases
 from django_intents.admin.actions import (
     KIND_CHANGES,
     TRANSITIONS,
@@ -52,6 +51,7 @@ from django_intents.admin.changelist import (
     search,
 )
 from django_intents.admin.dashboard import dashboard_view
+from django_intents.admin.databases import chosen, counted, database_view, replica, shown
 from django_intents.admin.humanize import pre_json, relative, timestamp
 from django_intents.admin.summary import SCHEDULE_COLUMNS, queue_summary
 from django_intents.admin.targets import targets_view
@@ -265,7 +265,7 @@ class IntentAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         if request.method == "POST":
             # Intents change only through the manager's transitions.
             raise PermissionDenied
-        context = {**(extra_context or {}), "intents_database": databases.shown(self, request)}
+        context = {**(extra_context or {}), "intents_database": shown(self, request)}
         return super().changeform_view(request, object_id, form_url, context)
 
     # -- permissions ----------------------------------------------------------------
@@ -285,8 +285,17 @@ class IntentAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     # -- the list page ------------------------------------------------------------------
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Intent]:
-        """The intents of the database this user looks at (``databases.chosen``)."""
-        return super().get_queryset(request).using(databases.chosen(request))
+        """The intents of the database this user looks at (``chosen``)."""
+        return super().get_queryset(request).using(chosen(request))
+
+    def get_paginator(
+        self, request: HttpRequest, queryset: QuerySet[Intent], per_page: int, *args: Any, **kw: Any
+    ) -> CountingPaginator:
+        """The list's count from the replica, when ``READ_DATABASE`` names one; its rows
+        from the primary, where the buttons act."""
+        paginator = CountingPaginator(queryset, per_page, *args, **kw)
+        paginator.counted_on = counted(request)
+        return paginator
 
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return IntentChangeList
@@ -303,12 +312,13 @@ class IntentAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         if chosen and chosen not in self.get_actions(request):
             # Django would answer "no action selected"; a forged action is refused.
             raise PermissionDenied
-        using = databases.chosen(request)
+        using = counted(request)
         context = {
             # Django's "Select intent to change" promises edits this admin does not offer.
             "title": _("Intents"),
             **(extra_context or {}),
-            "intents_database": databases.shown(self, request),
+            "intents_database": shown(self, request),
+            "intents_replica": SimpleLazyObject(partial(replica, request)),
             # Lazy: only a page that renders the summary pays for its query.
             "intents_summary": SimpleLazyObject(partial(queue_summary, using=using)),
             # No query without schedules.
@@ -330,7 +340,7 @@ class IntentAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             self._post(f"kinds/{c.name}/", partial(self.kind_view, c), c.name) for c in KIND_CHANGES
         ]
         pages = [
-            self._post("database/", partial(databases.database_view, self), "database"),
+            self._post("database/", partial(database_view, self), "database"),
             self._page("dashboard/", partial(dashboard_view, self), "dashboard"),
             self._page("targets/", partial(targets_view, self), "targets"),
         ]

@@ -40,8 +40,8 @@ from django.utils.text import Truncator
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, ngettext, ngettext_lazy
 
-from django_intents.admin import databases
 from django_intents.admin.changelist import bounded_count
+from django_intents.admin.databases import manager_for
 from django_intents.models import Intent, PausedKind, TargetState
 from django_intents.rules.batches import INSERT_BATCH
 from django_intents.rules.states import ACTIVE, TERMINAL, State
@@ -203,7 +203,7 @@ def apply(
     """Run the transition on the selected intents (id to kind) and report what changed and
     what did not: ``retry_now_many``, ``cancel_many`` or ``redrive_many``, one statement
     per ``INSERT_BATCH``."""
-    manager = databases.manager(request)
+    manager = manager_for(request)
     moved = set(getattr(manager, f"{transition.name}_many")(selection))
     if moved:
         # The log names each intent as it is now.
@@ -274,7 +274,7 @@ def change_kind(
 ) -> None:
     """Pause or resume ``kind`` and report it; a kind the manager refuses is an error message."""
     try:
-        changed = getattr(databases.manager(request), change.name)(kind)
+        changed = getattr(manager_for(request), change.name)(kind)
     except ValueError as exc:
         modeladmin.message_user(request, str(exc), messages.ERROR)
         return
@@ -345,7 +345,7 @@ def change_target(
         names["seconds"] = f"{number:g}"
         args.append(number)
     try:
-        changed = getattr(databases.manager(request), change.name)(*args)
+        changed = getattr(manager_for(request), change.name)(*args)
     except (TypeError, ValueError) as exc:
         modeladmin.message_user(request, str(exc), messages.ERROR)
         return

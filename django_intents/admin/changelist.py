@@ -27,7 +27,7 @@ from django.utils.text import Truncator
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
-from django_intents.admin import databases
+from django_intents.admin.databases import chosen
 from django_intents.models import Intent
 from django_intents.rules.states import ALL
 from django_intents.store import backend_for
@@ -96,12 +96,14 @@ class CountingPaginator(_Paginator):
     """
 
     exact = True
+    counted_on: str | None = None  # the replica that counts (READ_DATABASE), if any
 
     @cached_property
     def count(self) -> int:
         if not isinstance(self.object_list, QuerySet):  # a list: nothing to bound
             return len(self.object_list)
-        count, self.exact = bounded_count(self.object_list)
+        rows = self.object_list
+        count, self.exact = bounded_count(rows.using(self.counted_on or rows.db))
         return count
 
     def page(self, number: Any) -> Page[Intent]:
@@ -142,7 +144,7 @@ class KindFilter(_Filter):
     def lookups(
         self, request: HttpRequest, model_admin: admin.ModelAdmin[Any]
     ) -> list[tuple[str, str]]:
-        return [(kind, kind) for kind in present_kinds(databases.chosen(request))]
+        return [(kind, kind) for kind in present_kinds(chosen(request))]
 
     def where(self, value: str) -> Q:
         return Q(kind=value)

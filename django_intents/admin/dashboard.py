@@ -37,7 +37,7 @@ from django.utils.safestring import SafeString, mark_safe
 from django.utils.text import Truncator
 from django.utils.translation import gettext as _
 
-from django_intents.admin import databases
+from django_intents.admin.databases import counted, replica, shown
 from django_intents.admin.humanize import relative, short_duration
 from django_intents.admin.targets import listing as target_listing
 from django_intents.admin.targets import per_state as targets_per_state
@@ -359,7 +359,7 @@ def dashboard_view(modeladmin: admin.ModelAdmin[Intent], request: HttpRequest) -
     """The page, for users who may view intents."""
     if not modeladmin.has_view_permission(request):
         raise PermissionDenied
-    using = databases.chosen(request)
+    using = counted(request)  # its replica, if READ_DATABASE names one
     now = server_now(using)
     pauses = list(PausedKind.objects.using(using).order_by("kind"))
     charts = read_charts(now, using, {pause.kind for pause in pauses})
@@ -372,7 +372,8 @@ def dashboard_view(modeladmin: admin.ModelAdmin[Intent], request: HttpRequest) -
         **modeladmin.admin_site.each_context(request),
         "opts": modeladmin.opts,
         "title": _("Intents dashboard"),
-        "intents_database": databases.shown(modeladmin, request),
+        "intents_database": shown(modeladmin, request),
+        "intents_replica": replica(request),
         "now": now,
         "charts": charts,
         "has_data": any(chart.rows for chart in charts),

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
-from django.db import connections, router
+from django.db import DatabaseError, connections, router
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
@@ -23,6 +23,8 @@ from django.utils.translation import gettext as _
 from django_intents.conf import get_settings
 from django_intents.managers import IntentManager
 from django_intents.models import Intent
+from django_intents.store import backend_for
+from django_intents.store.replicas import replica_lag
 
 SESSION_KEY = "django_intents_database"
 
@@ -44,7 +46,36 @@ def chosen(request: HttpRequest) -> str:
     return default if default in options else options[0]
 
 
-def manager(request: HttpRequest) -> IntentManager:
+def counted(request: HttpRequest) -> str:
+    """The database this request's counts read: the chosen one's replica, if
+    ``INTENTS["READ_DATABASE"]`` names one (its rows and buttons stay on the primary)."""
+    return get_settings().read_alias(chosen(request))
+
+
+@dataclass(frozen=True)
+class Replica:
+    """What a page says of the replica its counts came from (``replica.html``)."""
+
+    alias: str
+    replaying: bool
+    seconds: float | None
+    known: bool = True  # False: the server would not say (a privilege, an outage)
+
+
+def replica(request: HttpRequest) -> Replica | None:
+    """The replica this request's counts read, with how far behind it is; ``None``
+    when they read the primary."""
+    alias = counted(request)
+    if alias == chosen(request):
+        return None
+    try:
+        lag = replica_lag(backend_for(connections[alias], Intent))
+    except DatabaseError:
+        return Replica(alias, replaying=False, seconds=None, known=False)
+    return Replica(alias, lag.replaying, lag.seconds)
+
+
+def manager_for(request: HttpRequest) -> IntentManager:
     """``Intent.objects`` on the chosen database: the buttons' transitions go there."""
     return Intent.objects.db_manager(chosen(request))  # type: ignore[no-any-return]
 

@@ -30,8 +30,8 @@ from django.urls import reverse
 from django.utils.text import Truncator
 from django.utils.translation import gettext as _
 
-from django_intents.admin import databases
 from django_intents.admin.actions import TARGET_CHANGES, change_target
+from django_intents.admin.databases import chosen, shown
 from django_intents.admin.humanize import relative
 from django_intents.models import Intent
 from django_intents.rules.states import ACTIVE, State
@@ -141,7 +141,7 @@ def targets_view(modeladmin: admin.ModelAdmin[Intent], request: HttpRequest) -> 
             post.get("seconds"),
         )
         return HttpResponseRedirect(_url(modeladmin, "targets"))
-    using = databases.chosen(request)
+    using = chosen(request)
     now = server_now(using)
     rows = listing(modeladmin, now, using, LISTED)
     states = per_state(using)
@@ -150,7 +150,7 @@ def targets_view(modeladmin: admin.ModelAdmin[Intent], request: HttpRequest) -> 
         **modeladmin.admin_site.each_context(request),
         "opts": modeladmin.opts,
         "title": _("Targets"),
-        "intents_database": databases.shown(modeladmin, request),
+        "intents_database": shown(modeladmin, request),
         "now": now,
         "rows": rows,
         "per_state": sorted(states.items()),

@@ -152,7 +152,7 @@ class QueueCollector(Collector):
         for alias in self.databases():
             try:
                 reading = self._cached(alias)
-                now = server_now(alias)
+                now = server_now(get_settings().read_alias(alias))
             except DatabaseError:
                 # One failing database must not take the others, or the counters,
                 # down with it: the scrape still answers, without its gauges.
@@ -210,8 +210,11 @@ class QueueCollector(Collector):
             ttl = get_settings().gauge_cache
             fresh = reading.read_at is not None and time.monotonic() - reading.read_at < ttl
             if not fresh:
-                backlog = self._read(alias, reading)
-                reading.targets = count_target_rows(alias)
+                # From the replica, when READ_DATABASE names one: the series keep the
+                # queue's alias, the primary answers no scrape.
+                source = get_settings().read_alias(alias)
+                backlog = self._read(source, reading)
+                reading.targets = count_target_rows(source)
                 reading.rows, reading.exact = backlog.kinds, backlog.exact
                 reading.read_at = time.monotonic()
             return reading

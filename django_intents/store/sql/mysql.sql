@@ -166,3 +166,8 @@ VALUES [rows:(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)]
 -- here (migration 0004 made only ids, kinds and tokens exact).
 SELECT COUNT(*) FROM {table} WHERE state = 'completed' AND updated_at >= %(since)s
 AND updated_at < %(until)s AND kind = %(kind)s AND BINARY target = %(target)s
+
+-- name: replica_lag
+-- A replica's status, no row on a server that replicates from none; its
+-- Seconds_Behind_Master says how far behind it is (store/replicas.py).
+SHOW SLAVE STATUS

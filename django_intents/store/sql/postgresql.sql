@@ -476,3 +476,10 @@ SET LOCAL max_parallel_workers_per_gather TO DEFAULT
 
 -- fragment: larger
 GREATEST
+
+-- name: replica_lag
+-- How far a replica's data is behind its primary: the time since the last
+-- change it replayed (an upper bound while the primary writes nothing); NULL
+-- on a server that is not replaying (a primary).
+SELECT CASE WHEN pg_is_in_recovery()
+  THEN EXTRACT(EPOCH FROM clock_timestamp() - pg_last_xact_replay_timestamp()) END AS lag

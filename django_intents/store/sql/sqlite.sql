@@ -91,3 +91,7 @@ PRAGMA data_version
 -- name: target_rows
 -- No FOR UPDATE: the write transaction holds SQLite's one write lock.
 SELECT {target_columns} FROM {targets} WHERE {key} IN ([keys])
+
+-- name: replica_lag
+-- A file has no replica: never replaying.
+SELECT NULL AS lag
