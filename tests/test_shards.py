@@ -7,12 +7,15 @@ SQLite twice); the other suites leave this module out (tests/conftest.py).
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 import signal
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from io import StringIO
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -36,9 +39,11 @@ from django_intents.rules.shards import shard_of
 from django_intents.store import backend_for
 from django_intents.store.replicas import replica_lag
 
-from .conftest import T0, intents
+from .conftest import T0, external_kinds, intents
+from .test_worker_connections import MAX_CONNECTIONS, Sampler
 from .test_worker_process import start_worker  # noqa: F401 - the fixture
-from .workerutil import wait_for
+from .testapp.quiet import HANDLERS as QUIET_HANDLERS
+from .workerutil import Worker, wait_for
 
 pytestmark = pytest.mark.django_db(databases=["default", "shard", "replica"], transaction=True)
 
@@ -594,3 +599,64 @@ def test_the_gauges_read_the_replica_and_keep_the_queues_database_label():
 
 def test_a_replica_that_replays_nothing_says_so():
     assert replica_lag(backend_for(connections["replica"], Intent)).replaying is False
+
+
+# -- connections: the bound of one pool, per database ------------------------------------
+
+
+def connections_to(alias: str) -> Callable[[int], int]:
+    """Count a worker's connections to ``alias`` as its server sees them (PostgreSQL),
+    or as the worker's open descriptors on its file (SQLite)."""
+    settings = connections[alias].settings_dict
+    if connections[alias].vendor == "sqlite":
+        return lambda pid: sqlite_count_of(settings["NAME"], pid)
+
+    def count(pid: int) -> int:
+        with connections[alias].cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = %s "
+                "AND pid <> pg_backend_pid()",
+                [settings["NAME"]],
+            )
+            return int(cursor.fetchone()[0])
+
+    return count
+
+
+def sqlite_count_of(name: str, pid: int) -> int:
+    database, opened = os.path.realpath(name), 0
+    try:
+        entries = list(Path(f"/proc/{pid}/fd").iterdir())
+    except FileNotFoundError:
+        return 0
+    for fd in entries:
+        with contextlib.suppress(OSError):
+            opened += os.readlink(fd) == database
+    return opened
+
+
+def test_each_database_gets_one_pools_bound_of_connections_and_no_more():
+    with external_kinds(*QUIET_HANDLERS):
+        for alias in ALIASES:
+            Intent.objects.db_manager(alias).enqueue_many(
+                {"kind": "test.quiet", "event_id": f"e{n}", "target": "t"} for n in range(600)
+            )
+    for alias in ALIASES:
+        connections[alias].close()
+    settings = {"HANDLERS": QUIET_HANDLERS, "MAX_ATTEMPTS": 1}
+    args = ["--drain", "--database", "default", "--database", "shard", "--workers", "64"]
+    worker = Worker([*args, "--kinds", "test.quiet"], settings, {})
+    try:
+        samplers = {alias: Sampler(connections_to(alias), worker.proc.pid) for alias in ALIASES}
+        code = worker.wait(90)
+        samples = {alias: sampler.stop() for alias, sampler in samplers.items()}
+    finally:
+        worker.cleanup()
+    assert code == 0, worker.log[-2000:]
+    for alias in ALIASES:
+        # Counted (at least the pool's own connection was seen), and within one pool's bound.
+        assert 1 <= max(samples[alias]) <= MAX_CONNECTIONS, (alias, samples[alias])
+        rows = Intent.objects.using(alias).filter(kind="test.quiet")
+        assert list(rows.order_by().values_list("state", "attempts").distinct()) == [
+            ("completed", 1)
+        ]
