@@ -660,3 +660,22 @@ def test_each_database_gets_one_pools_bound_of_connections_and_no_more():
         assert list(rows.order_by().values_list("state", "attempts").distinct()) == [
             ("completed", 1)
         ]
+
+
+def test_a_targets_limit_is_exact_on_its_one_database(by_target):
+    """Every intent of a target on one database: its per-target limit counts them all."""
+    limited = intents(DATABASES=ALIASES, LIMITS={KIND: {"per_target": 2}})
+    targets = ["https://p0.example/hook", "https://p2.example/hook"]  # default, shard
+    with override_settings(INTENTS=limited):
+        for target in targets:
+            for n in range(5):
+                Intent.objects.enqueue(KIND, f"e{n}", target, now=T0)
+        claimed = {
+            alias: [i.target for i in Intent.objects.db_manager(alias).claim_many(10, now=T0)]
+            for alias in ALIASES
+        }
+        again = {
+            alias: Intent.objects.db_manager(alias).claim_many(10, now=T0) for alias in ALIASES
+        }
+    assert claimed == {"default": [targets[0]] * 2, "shard": [targets[1]] * 2}
+    assert again == {"default": [], "shard": []}  # two running of each: the limit holds
