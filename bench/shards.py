@@ -137,7 +137,10 @@ def recreate(port: int, name: str) -> None:
 
 def environment(shards: list[tuple[int, str]]) -> dict[str, str]:
     spec = ",".join(f"{HOST}:{port}/{name}" for port, name in shards)
+    stamps = Path(tempfile.gettempdir()) / "intents-shard-stamps"  # bench/benchapp/probe.py
+    stamps.mkdir(exist_ok=True)
     return {
+        "BENCH_STAMPS": str(stamps),
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "bench.shard_settings",
         "BENCH_DB": "postgresql",
