@@ -56,11 +56,20 @@ class IntentSettings:
     # LIMITS' rate, breaker and ordered: how each target of a kind is treated (SPEC §14)
     targets: Mapping[str, TargetPolicy] = field(default_factory=dict)
     schedules: Mapping[str, Schedule] = field(default_factory=dict)
-    listen_database: str | None = None
+    # LISTEN_DATABASE: one alias, or (several queue databases) queue alias -> alias.
+    listen_database: str | Mapping[str, str] | None = None
     # The aliases the queue lives on (issue 41); None: the one the router picks.
     databases: tuple[str, ...] | None = None
     # The replica each queue database's admin counts and gauges read (READ_DATABASE).
     read_databases: Mapping[str, str] = field(default_factory=dict)
+
+    def listen_alias(self, alias: str) -> str:
+        """The alias whose connection LISTENs for the pool of ``alias``: ``LISTEN_DATABASE``
+        (one alias, or ``alias``'s entry of a dict), else ``alias`` itself."""
+        listen = self.listen_database
+        if isinstance(listen, Mapping):
+            return listen.get(alias, alias)
+        return listen or alias
 
     def read_alias(self, alias: str) -> str:
         """The database the admin's counts and the gauges of ``alias`` read: its replica
@@ -167,6 +176,17 @@ def _alias(key: str, value: Any) -> str | None:
     return value
 
 
+def _listen(key: str, value: Any) -> str | dict[str, str] | None:
+    """``LISTEN_DATABASE``: an alias, or a dict of queue alias -> the alias to LISTEN on
+    for it (several queue databases behind PgBouncer, issue 41)."""
+    if not isinstance(value, Mapping):
+        return _alias(key, value)
+    for queue, direct in value.items():
+        _alias(key, queue)
+        _alias(key, direct)
+    return dict(value)
+
+
 def _databases(key: str, value: Any) -> tuple[str, ...] | None:
     if value is None:
         return None
@@ -233,7 +253,7 @@ _PARSERS: dict[str, tuple[str, Callable[[str, Any], Any]]] = {
     "DB_ERROR_TIMEOUT": ("db_error_timeout", _positive_number),
     "LIMITS": ("limits", _limits),
     "SCHEDULES": ("schedules", _schedules),
-    "LISTEN_DATABASE": ("listen_database", _alias),
+    "LISTEN_DATABASE": ("listen_database", _listen),
     "DATABASES": ("databases", _databases),
     "READ_DATABASE": ("read_databases", _read_databases),
 }

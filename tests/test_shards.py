@@ -679,3 +679,33 @@ def test_a_targets_limit_is_exact_on_its_one_database(by_target):
         }
     assert claimed == {"default": [targets[0]] * 2, "shard": [targets[1]] * 2}
     assert again == {"default": [], "shard": []}  # two running of each: the limit holds
+
+
+# -- LISTEN behind a pooler, several databases -------------------------------------------
+
+
+def test_listen_database_maps_each_queue_database_to_the_alias_it_listens_on():
+    _, errors = parse({"LISTEN_DATABASE": {"default": "nowhere"}})
+    assert [e.key for e in errors] == ["LISTEN_DATABASE"] and "'nowhere'" in str(errors[0])
+    with override_settings(INTENTS=intents(LISTEN_DATABASE={"default": "replica"})):
+        assert get_settings().listen_alias("default") == "replica"
+        assert get_settings().listen_alias("shard") == "shard"
+    with override_settings(INTENTS=intents(LISTEN_DATABASE="replica")):
+        assert get_settings().listen_alias("shard") == "replica"
+
+
+def test_one_listen_database_for_several_databases_is_refused_before_any_claim(start_worker):  # noqa: F811 - the fixture
+    ids = enqueue_on("shard", "test.ok", 2)
+    refused = start_worker(
+        "--drain", "--database", "default", "--database", "shard",
+        intents={"LISTEN_DATABASE": "replica"},
+    )  # fmt: skip
+    assert refused.wait(60) != 0
+    assert "make it a dict of queue alias" in refused.log
+    assert states_on("shard", ids) == {("pending", 0): 2}
+    mapped = start_worker(
+        "--drain", "--database", "default", "--database", "shard",
+        intents={"LISTEN_DATABASE": {"default": "replica"}},
+    )  # fmt: skip
+    mapped.assert_clean_exit(timeout=60)
+    assert states_on("shard", ids) == {("completed", 1): 2}

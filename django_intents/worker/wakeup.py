@@ -187,7 +187,7 @@ class Listener(Waker):
         super().__init__(using=using, wake=wake)
         self._kinds = frozenset(kinds)
         self._on_priority = on_priority
-        self._listen = listen or get_settings().listen_database or using
+        self._listen = listen or get_settings().listen_alias(using)
         self._proven = False
         self.listening = threading.Event()
         self.fell_back = threading.Event()

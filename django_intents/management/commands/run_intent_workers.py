@@ -181,11 +181,11 @@ class Command(BaseCommand):
                 "until it is stopped"
             )
         several = len(aliases) > 1
-        if several and settings.listen_database is not None:
+        if several and isinstance(settings.listen_database, str):
             raise CommandError(
                 "INTENTS['LISTEN_DATABASE'] names one database to LISTEN on; a process that "
-                "serves several databases listens on each of them: unset it, or run one "
-                "process per database"
+                "serves several databases listens on each of them: make it a dict of queue "
+                "alias -> the alias to LISTEN on for it"
             )
         # A database error here is an outage, not a set-up step: the pool rides
         # it out for --db-error-timeout like any other.
