@@ -501,17 +501,22 @@ def test_a_transition_is_counted_under_the_database_it_happened_on():
     assert {a: after[a] - before[a] for a in ALIASES} == {"default": 1, "shard": 3}
 
 
-def test_the_gauges_read_every_database_of_the_queue():
-    enqueue_on("default", KIND, 2)
-    enqueue_on("shard", KIND, 5)
-    with override_settings(INTENTS=intents(DATABASES=ALIASES)):
-        QUEUE.invalidate()
-        families = {family.name: family for family in QUEUE.collect()}
-    pending = {
+def pending_gauge() -> dict[str, float]:
+    """The pending gauge of ``KIND`` per database, read afresh."""
+    QUEUE.invalidate()
+    families = {family.name: family for family in QUEUE.collect()}
+    return {
         s.labels["database"]: s.value
         for s in families["django_intents_pending"].samples
         if s.labels["kind"] == KIND
     }
+
+
+def test_the_gauges_read_every_database_of_the_queue():
+    enqueue_on("default", KIND, 2)
+    enqueue_on("shard", KIND, 5)
+    with override_settings(INTENTS=intents(DATABASES=ALIASES)):
+        pending = pending_gauge()
     assert pending == {"default": 2, "shard": 5}
 
 
@@ -585,13 +590,7 @@ def test_the_gauges_read_the_replica_and_keep_the_queues_database_label():
         override_settings(INTENTS=intents(READ_DATABASE="replica")),
         CaptureQueriesContext(connections["replica"]) as on_replica,
     ):
-        QUEUE.invalidate()
-        families = {family.name: family for family in QUEUE.collect()}
-    pending = {
-        s.labels["database"]: s.value
-        for s in families["django_intents_pending"].samples
-        if s.labels["kind"] == KIND
-    }
+        pending = pending_gauge()
     assert pending == {"default": 4}
     assert on_replica.captured_queries, "the gauges read the primary"
     QUEUE.invalidate()
