@@ -117,7 +117,12 @@ def test_an_async_handler_past_its_timeout_is_cancelled_and_retried_as_a_failure
     assert outcomes(finished) == [("to.async", "timeout")]
     assert 0.3 <= finished[0]["duration"] < 2
     assert_metric_diff(
-        registry, 1, f"{DURATION}_count", kind=kind_label("to.async"), outcome="timeout"
+        registry,
+        1,
+        f"{DURATION}_count",
+        kind=kind_label("to.async"),
+        outcome="timeout",
+        database="default",
     )
 
 
