@@ -708,3 +708,31 @@ def test_one_listen_database_for_several_databases_is_refused_before_any_claim(s
     )  # fmt: skip
     mapped.assert_clean_exit(timeout=60)
     assert states_on("shard", ids) == {("completed", 1): 2}
+
+
+def test_pause_and_resume_act_on_every_database_they_are_given():
+    out = command("intents_pause", KIND, "--database", "default", "--database", "shard")
+    assert out.splitlines() == [
+        f"{KIND}: paused (database default)",
+        f"{KIND}: paused (database shard)",
+    ]
+    assert [p.kind for a in ALIASES for p in PausedKind.objects.using(a)] == [KIND, KIND]
+    with override_settings(INTENTS=intents(DATABASES=ALIASES)):
+        command("intents_resume", KIND, "--all-databases")
+    assert not any(PausedKind.objects.using(a).exists() for a in ALIASES)
+
+
+def test_a_bad_kind_pauses_nothing_on_any_database():
+    with pytest.raises(CommandError, match="nothing was changed"):
+        command("intents_pause", KIND, "", "--database", "default", "--database", "shard")
+    assert not any(PausedKind.objects.using(a).exists() for a in ALIASES)
+
+
+def test_redrive_redrives_the_cancelled_intents_of_each_database():
+    ids = {alias: enqueue_on(alias, KIND, 2) for alias in ALIASES}
+    for alias in ALIASES:
+        Intent.objects.db_manager(alias).cancel_many(dict.fromkeys(ids[alias], KIND))
+    out = command("intents_redrive", "--database", "default", "--database", "shard")
+    assert out.index("database default:") < out.index("database shard:")
+    for alias in ALIASES:
+        assert states_on(alias, ids[alias]) == {("pending", 0): 2}, alias

@@ -13,7 +13,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from django_intents.handlers import check_kind
-from django_intents.management.options import add_database, chosen_database
+from django_intents.management.options import add_databases, chosen_databases
 from django_intents.management.schema import require_table
 from django_intents.managers import IntentManager
 from django_intents.models import Intent
@@ -29,20 +29,31 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("kinds", nargs="+", metavar="KIND", help="a kind of intent")
-        add_database(parser)
+        add_databases(parser)
 
-    def handle(self, *args: Any, kinds: list[str], database: str | None, **options: Any) -> None:
-        using = chosen_database(database)
+    def handle(
+        self,
+        *args: Any,
+        kinds: list[str],
+        database: list[str] | None,
+        all_databases: bool,
+        **options: Any,
+    ) -> None:
+        aliases = chosen_databases(database, all_databases)
         for kind in kinds:  # every kind is checked before anything is written
             try:
                 check_text("kind", kind)
             except ValueError as exc:
                 raise CommandError(f"bad kind {kind!r}: {exc}; nothing was changed") from None
-        require_table(using)
-        manager = Intent.objects.db_manager(using)
+        for using in aliases:
+            require_table(using)
+        for using in aliases:  # several databases (issue 41): the kinds on each, named
+            manager = Intent.objects.db_manager(using)
+            where = f" (database {using})" if len(aliases) > 1 else ""
+            for kind in dict.fromkeys(kinds):
+                changed = self.change(manager, kind)
+                self.stdout.write(f"{kind}: {self.done if changed else self.unchanged}{where}")
         for kind in dict.fromkeys(kinds):
-            changed = self.change(manager, kind)
-            self.stdout.write(f"{kind}: {self.done if changed else self.unchanged}")
             try:
                 check_kind(kind)
             except ValueError:

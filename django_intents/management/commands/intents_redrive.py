@@ -7,8 +7,9 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils.translation import ngettext
 
-from django_intents.management.options import add_database, chosen_database, instant, text_of
+from django_intents.management.options import add_databases, chosen_databases, instant, text_of
 from django_intents.management.progress import Progress, raw
+from django_intents.managers import IntentManager
 from django_intents.models import Intent
 
 
@@ -37,19 +38,26 @@ class Command(BaseCommand):
         parser.add_argument(
             "--dry-run", action="store_true", help="count what would be redriven; change nothing"
         )
-        add_database(parser)
+        add_databases(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
-        manager = Intent.objects.db_manager(chosen_database(options["database"]))
+        aliases = chosen_databases(options["database"], options["all_databases"])
+        since, until = options["since"], options["until"]
+        if since is not None and until is not None and since >= until:
+            raise CommandError(f"--since ({since}) must be earlier than --until ({until})")
+        for alias in aliases:
+            if len(aliases) > 1:  # several databases (issue 41): each redriven in turn
+                self.stdout.write(f"database {alias}:")
+            self.redrive(Intent.objects.db_manager(alias), options)
+
+    def redrive(self, manager: IntentManager, options: dict[str, Any]) -> None:
+        """Redrive what ``options`` match on ``manager``'s database, reporting as it goes."""
         match = {
             "kind": options["kind"],
             "target": options["target"],
             "finished_after": options["since"],
             "finished_before": options["until"],
         }
-        since, until = options["since"], options["until"]
-        if since is not None and until is not None and since >= until:
-            raise CommandError(f"--since ({since}) must be earlier than --until ({until})")
         total = manager.redrivable(**match).count()
         if options["dry_run"]:
             self.stdout.write(
