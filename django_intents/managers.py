@@ -820,7 +820,7 @@ class IntentManager(models.Manager.from_queryset(IntentQuerySet)):  # type: igno
         return backend_for(connections[alias or self._alias()], self.model)
 
     def _route(self, row: Mapping[str, Any]) -> str:
-        """The database a new intent goes to: ``.using()``'s, else the routers' answer
+        """The database a new intent goes to: ``db_manager()``'s, else the routers' answer
         for its kind, target and id, which must be one of ``INTENTS["DATABASES"]``."""
         if self._db:
             return str(self._db)

@@ -7,7 +7,7 @@ Python 3.12+), installs the project with its development group, and runs the
 suite once per database. SQLite always runs; PostgreSQL and MariaDB/MySQL run
 when a server answers (settings in tests/settings.py, overridable with PGHOST,
 MYSQL_HOST, ...), and the store and worker tests run again through PgBouncer
-in transaction mode when one answers on port 6432 (``tests/pgbouncer/start``). ``tests/test_shards.py``, which needs two databases, runs in suites of its own ("shards": SQLite twice, PostgreSQL twice, PostgreSQL with SQLite), once per run. Then, once per run, the stages a user meets before the code:
+in transaction mode when one answers on port 6432 (``tests/pgbouncer/start``). ``tests/test_shards.py``, which needs two databases, runs in suites of its own ("shards": SQLite twice, PostgreSQL twice, PostgreSQL with SQLite, MariaDB twice), once per run. Then, once per run, the stages a user meets before the code:
 ``packaging`` (build the sdist and wheel, ``twine check``, list the wheel),
 ``quickstart`` (the README's quickstart from that wheel in a fresh venv,
 tests/quickstart.py) and ``docs`` (the site, ``mkdocs build --strict``), with
@@ -105,7 +105,12 @@ POOLED_SUITE = [
 ]
 # Several databases in one process (issue 41): tests/test_shards.py with a second
 # alias, "shard", of the vendor named second. Once per run, with the newest Django.
-SHARD_PAIRS = [("sqlite", "sqlite"), ("postgresql", "postgresql"), ("postgresql", "sqlite")]
+SHARD_PAIRS = [
+    ("sqlite", "sqlite"),
+    ("postgresql", "postgresql"),
+    ("postgresql", "sqlite"),
+    ("mysql", "mysql"),
+]
 SHARD_SUITE = ["tests/test_shards.py"]
 
 

@@ -2,7 +2,7 @@
 
 Runs only with a second alias, ``shard`` (``INTENTS_TEST_SHARD``, set by
 tests/run.py's "shards" suites: PostgreSQL twice, PostgreSQL with SQLite,
-SQLite twice); the other suites leave this module out (tests/conftest.py).
+SQLite twice, MariaDB twice); the other suites leave this module out (tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -609,14 +609,16 @@ def connections_to(alias: str) -> Callable[[int], int]:
     settings = connections[alias].settings_dict
     if connections[alias].vendor == "sqlite":
         return lambda pid: sqlite_count_of(settings["NAME"], pid)
+    sql = {
+        "postgresql": "SELECT count(*) FROM pg_stat_activity WHERE datname = %s "
+        "AND pid <> pg_backend_pid()",
+        "mysql": "SELECT count(*) FROM information_schema.processlist "
+        "WHERE db = %s AND id <> CONNECTION_ID()",
+    }[connections[alias].vendor]
 
     def count(pid: int) -> int:
         with connections[alias].cursor() as cursor:
-            cursor.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = %s "
-                "AND pid <> pg_backend_pid()",
-                [settings["NAME"]],
-            )
+            cursor.execute(sql, [settings["NAME"]])
             return int(cursor.fetchone()[0])
 
     return count

@@ -24,6 +24,7 @@ from django_intents.rules.validation import new_row
 from django_intents.store import ClaimFilters, backend_for
 from django_intents.store.base import Backend, Ending
 from django_intents.store.claims import claim_order
+from django_intents.store.replicas import Lag, replica_lag
 from django_intents.store.statements import SQL, bind, spread, vendor_names
 
 from .conftest import T0, at
@@ -528,3 +529,10 @@ def test_the_sql_files_name_only_the_states_rules_states_defines():
     known = {state.value for state in State} | {health.value for health in TargetHealth}
     assert named and named <= known, named
     assert {health.value for health in BLOCKING} <= named
+
+
+@pytest.mark.django_db
+def test_a_server_that_replicates_from_no_primary_says_it_is_not_replaying():
+    """``replica_lag`` on each database as the suite runs it: a primary (PostgreSQL,
+    MariaDB: ``SHOW SLAVE STATUS`` has no row) or a file (SQLite)."""
+    assert replica_lag(backend_for(connection, Intent)) == Lag(replaying=False)
