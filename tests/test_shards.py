@@ -330,6 +330,24 @@ def test_a_deep_backlog_on_one_database_does_not_hold_back_another(start_worker)
     assert sum(states_on("default", deep).values()) == 120
 
 
+def test_an_outage_of_one_database_stops_the_others_pools_and_exits_non_zero(start_worker):  # noqa: F811 - the fixture
+    ids = enqueue_on("default", "test.ok", 5)
+    worker = start_worker(
+        "--database", "default", "--database", "shard", "--db-error-timeout", "1.5",
+        INTENTS_TEST_UNREACHABLE="shard",
+    )  # fmt: skip
+    # Not a drain: only the shard's outage can end the process, and the default
+    # database's pool, which works meanwhile, must be stopped by it.
+    code = worker.wait(30)
+    assert code != 0, worker.log
+    assert "database shard: its pool ended with status 1" in worker.log
+    assert "stopping the pools of the other databases" in worker.log
+    rows = Intent.objects.using("default").filter(id__in=ids)
+    assert {(r.state, r.claim_token) for r in rows} <= {("completed", ""), ("pending", "")}
+    assert rows.count() == 5
+    assert Intent.objects.using("shard").count() == 0
+
+
 def test_a_schedule_is_enqueued_once_in_the_fleet_on_its_targets_database():
     schedule = {"cron": "* * * * *", "kind": KIND, "target": "https://p2.example/hook"}
     home = shard_of(schedule["target"], ALIASES)

@@ -3,8 +3,8 @@
 pytest-django points the test process at ``TEST["NAME"]``; a subprocess only
 sees ``tests.settings``, so this module makes ``NAME`` the test database.
 ``INTENTS_TEST_INTENTS`` (JSON) adds ``INTENTS`` keys, ``INTENTS_TEST_CONN_MAX_AGE``
-sets ``CONN_MAX_AGE`` and ``INTENTS_TEST_UNREACHABLE`` points at a database that
-cannot be reached. ``INTENTS_PYTHON_CLOCK_SKEW`` moves the worker's Python clocks (``bench/skew.py``).
+sets ``CONN_MAX_AGE`` and ``INTENTS_TEST_UNREACHABLE`` points an alias (``1``:
+``default``) at a database that cannot be reached. ``INTENTS_PYTHON_CLOCK_SKEW`` moves the worker's Python clocks (``bench/skew.py``).
 """
 
 import json
@@ -23,11 +23,13 @@ if "direct" in DATABASES:  # the pgbouncer configuration's unpooled alias, for L
 if "INTENTS_TEST_CONN_MAX_AGE" in os.environ:
     max_age = os.environ["INTENTS_TEST_CONN_MAX_AGE"]
     DATABASES["default"]["CONN_MAX_AGE"] = None if max_age == "None" else int(max_age)
-if os.environ.get("INTENTS_TEST_UNREACHABLE"):
-    if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
-        DATABASES["default"]["NAME"] = str(BASE_DIR / ".tmp" / "no-such-dir" / "db.sqlite3")
+if os.environ.get("INTENTS_TEST_UNREACHABLE"):  # "1": the default alias; else the alias named
+    down = os.environ["INTENTS_TEST_UNREACHABLE"]
+    down = "default" if down == "1" else down
+    if DATABASES[down]["ENGINE"].endswith("sqlite3"):
+        DATABASES[down]["NAME"] = str(BASE_DIR / ".tmp" / "no-such-dir" / "db.sqlite3")
     else:
-        DATABASES["default"]["PORT"] = "1"
+        DATABASES[down]["PORT"] = "1"
 
 if SKEW_VARIABLE in os.environ:
     skew_python_clocks(float(os.environ[SKEW_VARIABLE]))
