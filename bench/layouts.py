@@ -40,9 +40,25 @@ Layouts:
   partition with its own admin indexes; history lies in older partitions,
   so a completion writes into the current day's small trees, and
   retention drops a day's partition whole.
+- ``split_parts_keys``: ``split_parts`` whose idempotence is decided by an
+  insert-only table of ids (as ``split_keys``), since no unique index spans
+  partitions and an enqueue's look into the finished table cannot see a
+  completion that commits while it waits; retention then deletes the day's
+  keys as well as dropping its partition.
+- ``split_parts_gens``: ``split_parts`` whose keys lie in generations, a
+  table partitioned by the time the key was written (here: the current
+  one, and two before it, splitting the history's days in halves). An
+  enqueue writes its keys into the current generation (its primary key
+  decides between enqueues) after looking for each in the older ones
+  (nothing else ever writes there). Retention drops the day partitions and
+  then whole generations, after copying into the current one the keys of
+  the rows written in those generations that are kept: no key is deleted
+  one by one.
 
 ``--history H`` stores H finished intents first (finished a day before, so
-that they lie in their own partition where the finished are partitioned),
+that they lie in their own partition where the finished are partitioned;
+``--days D`` spreads them over D daily partitions, as a retention of D days
+would keep them, so that a look up by id probes D trees),
 and after the run times retention removing them: ``DELETE`` by
 ``updated_at``, or dropping that day's partition, and the dead tuples left
 for vacuum; ``--snapshot`` holds a
@@ -124,19 +140,33 @@ SCHEMAS["split_hot"] = (
 )
 SCHEMAS["lease"] = SCHEMAS["today"] + LEASES
 SCHEMAS["split_lease"] = SCHEMAS["split"] + LEASES
-# Finished intents by day: yesterday's partition takes the history, today's the run.
+# Finished intents by day: the history in the days before (``days_before``), the run today.
 SCHEMAS["split_parts"] = (
     f"CREATE TABLE intents ({COLUMNS});"
     + LIVE_INDEXES.format(t="intents")
     + LEASES
     + f"CREATE TABLE done ({COLUMNS.replace(' PRIMARY KEY', '')}) PARTITION BY RANGE (updated_at);"
-    + "CREATE TABLE done_old PARTITION OF done FOR VALUES FROM (MINVALUE) "
-    + "TO (date_trunc('day', now()));"
     + "CREATE TABLE done_today PARTITION OF done FOR VALUES FROM (date_trunc('day', now())) "
     + "TO (date_trunc('day', now()) + interval '2 days');"
     + "CREATE INDEX done_id ON done (id);"
     + ADMIN_INDEXES.format(t="done")
 )
+SCHEMAS["split_parts_keys"] = (
+    SCHEMAS["split_parts"] + "CREATE TABLE keys (id varchar(64) PRIMARY KEY);"
+)
+# Key generations by the time a key was written: keys_now takes today's, the
+# history's lie in keys_mid (its newer half of days) and keys_old.
+SCHEMAS["split_parts_gens"] = (
+    SCHEMAS["split_parts"]
+    + "CREATE TABLE keys (id varchar(64) NOT NULL, at timestamptz NOT NULL) "
+    + "PARTITION BY RANGE (at);"
+    + "CREATE TABLE keys_now PARTITION OF keys (PRIMARY KEY (id)) "
+    + "FOR VALUES FROM (date_trunc('day', now())) TO (MAXVALUE);"
+)
+GENERATIONS = ("keys_old", "keys_mid")
+LEASED = (*LEASED, "split_parts_keys", "split_parts_gens")
+PARTED = ("split_parts", "split_parts_keys", "split_parts_gens")
+KEYED = ("split_keys", "split_parts_keys")
 
 INSERT_ROWS = (
     "SELECT v.id, 'noop', v.id, 'https://partner.example/', '{}'::jsonb, 'pending', 0, "
@@ -153,6 +183,14 @@ ENQUEUE = {
 }
 ENQUEUE["lean"] = ENQUEUE["lease"] = ENQUEUE["today"]
 ENQUEUE["split_lease"] = ENQUEUE["split_parts"] = ENQUEUE["split_hot"] = ENQUEUE["split"]
+ENQUEUE["split_parts_keys"] = ENQUEUE["split_keys"]
+ENQUEUE["split_parts_gens"] = (
+    "WITH k AS (INSERT INTO keys_now (id, at) SELECT v.id, now() FROM unnest(%s::text[]) AS v(id) "
+    "WHERE "
+    + " AND ".join(f"NOT EXISTS (SELECT 1 FROM {g} WHERE {g}.id = v.id)" for g in GENERATIONS)
+    + " ON CONFLICT (id) DO NOTHING RETURNING id) "
+    + f"INSERT INTO intents {INSERT_ROWS.replace('unnest(%s::text[]) AS v(id)', 'k AS v')}"
+)
 CLAIM = (
     "WITH due AS MATERIALIZED (SELECT id FROM intents WHERE "
     f"{ACTIVE} AND next_at <= now() AND NOT (state = 'running' AND claim_until > now()) "
@@ -202,6 +240,8 @@ COMPLETE = {
     "lease": COMPLETE_LEASE,
     "split_lease": COMPLETE_LEASE_MOVE,
     "split_parts": COMPLETE_LEASE_MOVE,
+    "split_parts_keys": COMPLETE_LEASE_MOVE,
+    "split_parts_gens": COMPLETE_LEASE_MOVE,
     "today": COMPLETE_IN_PLACE,
     "lean": COMPLETE_IN_PLACE,
     "split": COMPLETE_MOVE,
@@ -237,24 +277,48 @@ def wal(conn: psycopg.Connection[Any]) -> int:
     return int(conn.execute("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn").fetchone()[0])
 
 
-def one_run(layout: str, n: int, batch: int, history: int, snapshot: bool) -> dict[str, Any]:
+def days_before(days: int) -> str:
+    """The daily partitions of the history: done_old_1 (yesterday) to done_old_<days>."""
+    return "".join(
+        f"CREATE TABLE done_old_{d} PARTITION OF done FOR VALUES "
+        f"FROM (date_trunc('day', now()) - interval '{d} days') "
+        f"TO (date_trunc('day', now()) - interval '{d - 1} days');"
+        for d in range(1, days + 1)
+    )
+
+
+def one_run(
+    layout: str, n: int, batch: int, history: int, snapshot: bool, days: int = 1
+) -> dict[str, Any]:
     dbname = f"layouts_{layout}"
     with psycopg.connect(DSN, autocommit=True) as admin:
         admin.execute(f"DROP DATABASE IF EXISTS {dbname} WITH (FORCE)")
         admin.execute(f"CREATE DATABASE {dbname}")
     with psycopg.connect(f"{DSN} dbname={dbname}", autocommit=True) as setup:
         setup.execute(SCHEMAS[layout])
+        if layout in PARTED:
+            setup.execute(days_before(days))
+        if layout == "split_parts_gens":  # the older half of the days, and the newer
+            half = (days + 1) // 2
+            setup.execute(
+                "CREATE TABLE keys_old PARTITION OF keys (PRIMARY KEY (id)) FOR VALUES FROM "
+                f"(MINVALUE) TO (date_trunc('day', now()) - interval '{half} days');"
+                "CREATE TABLE keys_mid PARTITION OF keys (PRIMARY KEY (id)) FOR VALUES FROM "
+                f"(date_trunc('day', now()) - interval '{half} days') TO (date_trunc('day', now()))"
+            )
         if history:
             table = "done" if layout.startswith("split") else "intents"
-            setup.execute(  # finished yesterday: in done_old where the finished are partitioned
+            setup.execute(  # finished in the days before: in done_old_* where partitioned
                 f"INSERT INTO {table} SELECT md5('h' || g), 'noop', 'h' || g, 't', '{{}}', "
-                "'completed', 1, now() - interval '1 day', now() - interval '1 day', "
-                "now() - interval '1 day', '', '', NULL, 0, 0, '' "
-                "FROM generate_series(1, %s) AS g",
-                [history],
+                "'completed', 1, w.at, w.at, w.at, '', '', NULL, 0, 0, '' "
+                "FROM generate_series(1, %s) AS g, LATERAL (SELECT date_trunc('day', now()) "
+                "- make_interval(days => g %% %s) - interval '12 hours' AS at) AS w",
+                [history, days],
             )
-            if layout == "split_keys":
+            if layout in KEYED:
                 setup.execute("INSERT INTO keys SELECT id FROM done")
+            if layout == "split_parts_gens":
+                setup.execute("INSERT INTO keys SELECT id, created_at FROM done")
         setup.execute("VACUUM ANALYZE")
         holder = None
         if snapshot:
@@ -279,6 +343,9 @@ def one_run(layout: str, n: int, batch: int, history: int, snapshot: bool) -> di
             done += len(claimed)
         seconds = time.perf_counter() - started
         written = wal(setup) - started_wal
+        again = setup.execute(ENQUEUE[layout], [ids[:batch]]).rowcount  # finished: idempotent
+        if again:
+            raise RuntimeError(f"{layout}: {again} finished intents enqueued a second time")
         for verb in (enqueue, claim, complete):  # their counts into the statistics now
             verb.conn.execute("SELECT pg_stat_force_next_flush()")
         setup.execute("SELECT pg_stat_force_next_flush()")
@@ -295,7 +362,7 @@ def one_run(layout: str, n: int, batch: int, history: int, snapshot: bool) -> di
         size = setup.execute("SELECT pg_database_size(current_database())").fetchone()[0]
         if holder is not None:
             holder.close()
-        pruned = prune(setup, layout) if history else {}
+        pruned = prune(setup, layout, days) if history else {}
         for verb in (enqueue, claim, complete):
             verb.conn.close()
     if done != n or left:
@@ -316,15 +383,28 @@ def one_run(layout: str, n: int, batch: int, history: int, snapshot: bool) -> di
     }
 
 
-def prune(conn: psycopg.Connection[Any], layout: str) -> dict[str, Any]:
-    """Retention of the history: its partition dropped, or its rows deleted."""
+def prune(conn: psycopg.Connection[Any], layout: str, days: int) -> dict[str, Any]:
+    """Retention of the history: partitions dropped (their keys deleted), or rows deleted."""
     table = "done" if layout.startswith("split") else "intents"
-    if layout == "split_parts":
-        removed = conn.execute("SELECT count(*) FROM done_old").fetchone()[0]
+    olds = [f"done_old_{d}" for d in range(1, days + 1)]
+    if layout in PARTED:
+        removed = sum(conn.execute(f"SELECT count(*) FROM {old}").fetchone()[0] for old in olds)
     began = time.perf_counter()
-    if layout == "split_parts":
-        conn.execute("ALTER TABLE done DETACH PARTITION done_old")
-        conn.execute("DROP TABLE done_old")
+    if layout in PARTED:
+        for old in olds:
+            if layout in KEYED:
+                conn.execute(f"DELETE FROM keys USING {old} WHERE keys.id = {old}.id")
+            conn.execute(f"ALTER TABLE done DETACH PARTITION {old}")
+            conn.execute(f"DROP TABLE {old}")
+        if layout == "split_parts_gens":  # the kept rows' keys move on, the generations go
+            bounds = " OR ".join(f"created_at < (SELECT max(at) FROM {g})" for g in GENERATIONS)
+            conn.execute(
+                "INSERT INTO keys_now (id, at) SELECT id, now() FROM intents "
+                f"WHERE {bounds} UNION ALL SELECT id, now() FROM done WHERE {bounds}"
+            )
+            for generation in GENERATIONS:
+                conn.execute(f"ALTER TABLE keys DETACH PARTITION {generation}")
+                conn.execute(f"DROP TABLE {generation}")
     else:
         removed = conn.execute(
             f"DELETE FROM {table} WHERE updated_at < date_trunc('day', now())"
@@ -332,7 +412,8 @@ def prune(conn: psycopg.Connection[Any], layout: str) -> dict[str, Any]:
     seconds = time.perf_counter() - began
     conn.execute("SELECT pg_stat_force_next_flush()")
     dead = conn.execute(
-        "SELECT coalesce(sum(n_dead_tup), 0) FROM pg_stat_user_tables WHERE relname LIKE %s",
+        "SELECT coalesce(sum(n_dead_tup), 0) FROM pg_stat_user_tables "
+        "WHERE relname LIKE %s OR relname LIKE 'keys%%'",
         [f"{table}%"],
     ).fetchone()[0]
     return {"prune_s": seconds, "pruned": removed, "dead_after_prune": int(dead)}
@@ -346,6 +427,7 @@ def main() -> int:
     parser.add_argument("--layouts", default=",".join(SCHEMAS))
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--snapshot", action="store_true")
+    parser.add_argument("--days", type=int, default=1, help="daily partitions of the history")
     parser.add_argument("--json")
     args = parser.parse_args()
     layouts = args.layouts.split(",")
@@ -355,7 +437,7 @@ def main() -> int:
     runs = []
     for number in range(args.rounds):
         for layout in layouts[number % len(layouts) :] + layouts[: number % len(layouts)]:
-            result = one_run(layout, args.n, args.batch, args.history, args.snapshot)
+            result = one_run(layout, args.n, args.batch, args.history, args.snapshot, args.days)
             runs.append(result)
             print(
                 json.dumps(
