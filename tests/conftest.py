@@ -107,6 +107,20 @@ def external_kinds(*kinds: str) -> Iterator[None]:
         yield
 
 
+def rows_table(connection: Any) -> str:
+    """Where the live intents' rows and their own indexes are: PostgreSQL's live
+    partition (migration 0018), elsewhere (or migrated back before it) the model's table."""
+    from django_intents.store.table import live_partition
+
+    meta = Intent._meta
+    if connection.vendor != "postgresql":
+        return meta.db_table
+    live = live_partition(meta.app_label)
+    with connection.cursor() as cursor:  # Django's list of tables leaves partitions out
+        cursor.execute("SELECT to_regclass(%s) IS NOT NULL", [live])
+        return live if cursor.fetchone()[0] else meta.db_table
+
+
 def row(id: str) -> Intent:  # noqa: A002
     return Intent.objects.get(pk=id)
 

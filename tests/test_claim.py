@@ -4,10 +4,11 @@ from datetime import timedelta
 import pytest
 
 from django_intents.models import Intent
+from django_intents.rules.days import day_of
 from django_intents.store import ClaimFilters, backend_for
 from django_intents.store.statements import bind
 
-from .conftest import T0, at, branch_plan, enqueue, intents, row, snapshot
+from .conftest import T0, at, branch_plan, enqueue, intents, row, rows_table, snapshot
 
 pytestmark = pytest.mark.django_db
 
@@ -211,7 +212,7 @@ class TestQueryPlan:
         from django.db import connection
 
         with connection.cursor() as cursor:
-            found = connection.introspection.get_constraints(cursor, Intent._meta.db_table)
+            found = connection.introspection.get_constraints(cursor, rows_table(connection))
         names = {name for name, info in found.items() if info["index"] and not info["primary_key"]}
         # The admin's: counts per kind and state, kinds, event ids; the newest first.
         expected = {"intents_kind_state_event_idx", "intents_created_idx"}
@@ -361,6 +362,7 @@ def batch_params(ids: list[str], tokens: list[str]) -> dict[str, object]:
     n = len(ids)
     return {
         "now": at(4),
+        "day": day_of(at(4)),
         "ids": ids,
         "tokens": tokens,
         "states": ["pending"] * n,

@@ -29,7 +29,7 @@ from django_intents.store.claims import ClaimFilters
 from django_intents.store.memory import ClaimMemory
 from django_intents.store.statements import bind
 
-from .conftest import at, external_kinds, intents
+from .conftest import at, external_kinds, intents, rows_table
 from .test_metrics import scrape, series
 from .test_worker_pool import background, pool  # noqa: F401 - a fixture, and a helper
 
@@ -370,7 +370,7 @@ def test_postgresql_asks_whether_other_priorities_are_due_of_their_small_indexes
 
     from django_intents.store.postgresql.limited import lock_key
 
-    table, copy = Intent._meta.db_table, "planner_copy"
+    table, copy = rows_table(connection), "planner_copy"
     rows = (
         f"INSERT INTO {copy} (id, kind, event_id, target, state, attempts, snoozes, "
         "created_at, updated_at, next_at, last_error, claim_token, priority) "
@@ -389,7 +389,7 @@ def test_postgresql_asks_whether_other_priorities_are_due_of_their_small_indexes
             cursor.execute(f"DELETE FROM {copy}")
             cursor.execute(rows, ["e", HOOK, "e", at(0), at(0), at(0), 0, 20000])
             statement, params = bind(
-                backend.sql.limit_lock.replace(backend.table.name, copy),
+                backend.sql.limit_lock.replace(backend.table.live, copy),
                 {"now": at(60), "limited": [HOOK], "keys": [lock_key(HOOK)]},
             )
             cursor.execute("EXPLAIN " + statement, params)

@@ -8,14 +8,14 @@ from django.db import connection
 
 from django_intents.models import Intent, PausedKind
 
-from .conftest import T0
+from .conftest import T0, rows_table
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def index_names() -> set[str]:
     with connection.cursor() as cursor:
-        found = connection.introspection.get_constraints(cursor, Intent._meta.db_table)
+        found = connection.introspection.get_constraints(cursor, rows_table(connection))
     return {name for name, info in found.items() if info["index"] and not info["primary_key"]}
 
 

@@ -6,6 +6,14 @@ same event again is a no-op. So the default way to reclaim space is to
 rows are *deleted* only after a second window that the project sets knowingly:
 once a row is gone, the same event enqueued again runs again.
 
+On PostgreSQL finished intents lie in a partition per day (migration 0018,
+``store/postgresql/days.py``): a prune first moves those still in the live
+partition out, then drops every day whose rows are all past the delete
+window of their state (nothing left for vacuum but the day's keys), and
+deletes what is left
+row by row as below: the days the window cuts through, and the rows of days
+that have no partition.
+
 Both phases work in bounded batches. A batch reads at most ``batch_size`` ids
 through the ``(state, updated_at)`` index, then writes those rows by primary
 key in one short statement, so locks are held for one batch at a time, never
@@ -21,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from django.db import router
+from django.db import connections, router
 from django.db.models import Q
 from django.utils import timezone
 
@@ -29,6 +37,7 @@ from django_intents.conf import get_settings
 from django_intents.managers import IntentQuerySet
 from django_intents.models import Intent
 from django_intents.rules.states import TERMINAL
+from django_intents.store import backend_for
 from django_intents.store.clock import server_now
 
 
@@ -86,14 +95,53 @@ def prune(
     if max_batches is not None:
         _check_count("max_batches", max_batches)
     report = PruneReport(dry_run=dry_run)
-    phases = _phases(report, now, Intent.objects.using(using))
+    intents = Intent.objects.using(using)
+    days = getattr(backend_for(connections[using], Intent), "days", None)
+    if days is not None:
+        if not dry_run and max_batches is None:  # the pools move theirs every second
+            while days.move_out():
+                pass
+        counts, dropped = days.drop_days(_cutoffs(now), dry_run=dry_run)
+        for state, count in counts.items():
+            report.deleted[state] = report.deleted.get(state, 0) + count
+        if progress is not None and counts:
+            progress(sum(counts.values()))
+        if dry_run and dropped:  # their rows are counted: the phases leave them out
+            intents = intents.extra(  # noqa: S610 - days are integers, sent as parameters
+                where=[f"part NOT IN ({', '.join(['%s'] * len(dropped))})"], params=dropped
+            )
+    phases = _phases(report, now, intents)
     for phase in phases:
-        phase.counts[phase.state] = 0
+        phase.counts.setdefault(phase.state, 0)
     for phase in phases:
         if not _run(phase, report, batch_size, max_batches, progress):
             report.finished = False
             break
     return report
+
+
+def _cutoffs(now: datetime) -> dict[str, datetime | None]:
+    """Per terminal state, the time before which its intents are deleted (None: kept)."""
+    retention = get_settings().retention or {}
+    cutoffs: dict[str, datetime | None] = {}
+    for state in TERMINAL:
+        window = retention.get(state)
+        cutoffs[state] = None if window is None or window.delete is None else now - window.delete
+    return cutoffs
+
+
+# The intents one move takes out of the live partition (store/postgresql/days.py).
+MOVE_BATCH = 2_000
+
+
+def move_finished(*, using: str | None = None) -> int:
+    """Move one batch of finished intents out of the live partition (PostgreSQL); how many.
+
+    The pools call it every second (``worker/housekeeping.py``); elsewhere it does nothing.
+    """
+    using = using or router.db_for_write(Intent)
+    days = getattr(backend_for(connections[using], Intent), "days", None)
+    return 0 if days is None else int(days.move_out(limit=MOVE_BATCH))
 
 
 def _phases(report: PruneReport, now: datetime, intents: IntentQuerySet) -> list[_Phase]:

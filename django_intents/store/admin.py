@@ -122,6 +122,8 @@ def administer(
     wake idle pools, as ``retry_now`` does.
     """
     table = backend.table
+    if name == "redrive" and "unfinish" in table.sql:  # PostgreSQL: moved out, back first
+        table.execute(cursor, "unfinish", ids=list(batch))
     if table.returning:
         rows = table.execute(cursor, f"administer_{name}", now=at, ids=list(batch)).fetchall()
     else:

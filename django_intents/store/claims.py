@@ -134,6 +134,7 @@ class Riders:
 
     pairs: list[tuple[str, str]]
     at: Any = None  # the completion time, as the backend's driver takes it
+    day: int | None = None  # PostgreSQL: the day partition the completed move into
     done: list[tuple[str, str]] = field(default_factory=list)
     sent: bool = False
 

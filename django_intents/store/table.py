@@ -34,6 +34,23 @@ _PLAIN = re.compile(r"^[a-z_][a-z0-9_]*$")
 _RESERVED = frozenset({"order", "group", "user", "limit", "offset", "table", "select", "from"})
 
 
+# PostgreSQL's layout (migration 0018, docs/deployment.md "Storage"): the live
+# partition, the day partitions, the one for days that have none, the ids.
+KEYS = "django_intents_key"
+
+
+def live_partition(app_label: str) -> str:
+    return f"{app_label}_live"
+
+
+def day_partition(app_label: str, day: int) -> str:
+    return f"{app_label}_d{day}"
+
+
+def other_partition(app_label: str) -> str:
+    return f"{app_label}_other"
+
+
 def bare(column: str, quote: Callable[[str], str]) -> str:
     """``column`` as SQL: bare when it is a plain lowercase word no database reserves."""
     return column if _PLAIN.match(column) and column not in _RESERVED else quote(column)
@@ -64,6 +81,10 @@ class Table:
         q = self.connection.ops.quote_name
         meta = model._meta
         self.name = q(meta.db_table)
+        # PostgreSQL keeps live intents in a partition of their own (migration
+        # 0018): what the claims and the fenced writes name. Elsewhere: the table.
+        self.live = q(live_partition(meta.app_label)) if vendor == "postgresql" else self.name
+        self.keys = q(KEYS)
         self.paused = q(meta.apps.get_model(meta.app_label, "PausedKind")._meta.db_table)
         rollup = q(meta.apps.get_model(meta.app_label, "Rollup")._meta.db_table)
         starts = q(meta.apps.get_model(meta.app_label, "TargetStart")._meta.db_table)
@@ -76,6 +97,9 @@ class Table:
             vendor,
             {
                 "table": self.name,
+                "live": self.live,
+                "keys": self.keys,
+                "other": q(other_partition(meta.app_label)),
                 "paused": self.paused,
                 "rollup": rollup,
                 "starts": starts,

@@ -12,9 +12,10 @@ stops, from what its recorder counted (``tally.py``), applies
 ``INTENTS["RETENTION"]`` a little at a time (one small batch a minute, at a
 jittered offset so that pools started together do not prune together), and
 enqueues the due slots of the schedules whose kind the pool runs, once a
-second (``ScheduleTick``), and deletes the rows of holds that are over
+second (``ScheduleTick``), deletes the rows of holds that are over
 (``TargetState``, SPEC §14), so that the table keeps a row per target that
-is not plainly healthy and no more.
+is not plainly healthy and no more, and on PostgreSQL moves finished intents
+out of the live partition every second.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 
 from django_intents.conf import get_settings
 from django_intents.maintenance import retention
+from django_intents.maintenance.retention import MOVE_BATCH
 from django_intents.maintenance.schedules import enqueue_due, schedules
 from django_intents.models import Intent
 from django_intents.observability import rollup
@@ -40,6 +42,9 @@ PRUNE_INTERVAL = 60.0
 PRUNE_BATCH_SIZE = 100
 SCHEDULE_INTERVAL = 1.0  # SPEC §11: a pool enqueues its due slots at least once a second
 SWEEP_INTERVAL = 10.0  # seconds between a pool's sweeps of the holds that are over
+# Seconds between a pool's moves of finished intents out of PostgreSQL's live
+# partition (maintenance/retention.move_finished); at once again after a full batch.
+MOVE_INTERVAL = 1.0
 
 
 class Liveness:
@@ -124,7 +129,8 @@ class Housekeeping:
         self._tally = tally
         self._reported: Counter[str] = Counter()  # the tally's totals at the last report
         self._since = self._next_report = self._next_prune = self._next_rollup = 0.0
-        self._next_sweep = 0.0
+        self._next_sweep = self._next_move = 0.0
+        self._moving_failed = False
 
     def start(self) -> None:
         self._since = time.monotonic()
@@ -150,6 +156,8 @@ class Housekeeping:
             except Exception as exc:  # housekeeping must never stop the pool
                 log.warning("retention pruning failed: %s", cause_text(exc))
         self._schedules.run_due(now)
+        if now >= self._next_move:
+            self._move_finished(now)
         if now >= self._next_sweep:
             self._next_sweep = now + SWEEP_INTERVAL
             try:
@@ -159,6 +167,21 @@ class Housekeeping:
         if now >= self._next_rollup:  # the dashboard's counts (observability/rollup.py)
             self._next_rollup = now + rollup.FLUSH_INTERVAL
             rollup.flush(using=self._using)
+
+    def _move_finished(self, now: float) -> None:
+        """Finished intents out of the live partition (PostgreSQL), a batch at a time."""
+        self._next_move = now + MOVE_INTERVAL
+        try:
+            if retention.move_finished(using=self._using) >= MOVE_BATCH:
+                self._next_move = now  # more are waiting: at the next turn
+        except Exception as exc:  # housekeeping must never stop the pool
+            if not self._moving_failed:
+                log.warning("moving finished intents out failed: %s", cause_text(exc))
+            self._moving_failed = True
+        else:
+            if self._moving_failed:
+                log.info("moving finished intents out works again")
+            self._moving_failed = False
 
     def stop(self) -> None:
         """At the pool's exit: write the dashboard's last counts, without a depth sample."""

@@ -22,9 +22,10 @@ from django_intents.store.claims import Ask, Claimed, ClaimFilters, Claims, Ride
 from django_intents.store.memory import ClaimMemory
 from django_intents.store.postgresql import listen
 from django_intents.store.postgresql.cursors import server_cursor
+from django_intents.store.postgresql.days import Days
 from django_intents.store.postgresql.limited import LimitedClaims, lock_key
-from django_intents.store.rows import hydrate, to_values
-from django_intents.store.statements import bind, spread
+from django_intents.store.rows import hydrate
+from django_intents.store.statements import bind
 from django_intents.store.wakeups import LISTEN, POLL, Listening, Wakeup
 
 # The columns a new intent takes from its caller; the rest are fixed or the batch's time.
@@ -41,6 +42,7 @@ class PostgreSQLBackend(Backend):
     def __init__(self, alias: str, model: Any) -> None:
         super().__init__(alias, model)
         self.limited = LimitedClaims(self.table)
+        self.days = Days(self.table)
 
     def cursor(self) -> Any:
         """A cursor whose parameters the server binds (``cursors.server_cursor``)."""
@@ -59,17 +61,12 @@ class PostgreSQLBackend(Backend):
         listen.notify(connection, self.sql, payload)
 
     def insert(self, rows: Sequence[dict[str, Any]]) -> list[str]:
-        """A batch goes as one JSON array (``insert_json``): a text that never changes.
-        One row gains nothing from it: its VALUES text is short enough for the
-        client to cache, and the server parses no JSON."""
+        """Rows go as one JSON array (``insert``): a text that never changes,
+        which also writes each id's key and looks for a known one's row."""
         with self.cursor() as cursor:
-            if len(rows) > 1:
-                now = rows[0]["created_at"]  # the same for every row of a batch
-                rows_json = _json_rows(rows, now)
-                self.table.execute(cursor, "insert_json", now=self.dt(now), rows=rows_json)
-            else:
-                statement = spread(self.sql.insert, rows=len(rows))
-                cursor.execute(statement, to_values(self.table, rows))
+            now = rows[0]["created_at"]  # the same for every row of a batch
+            rows_json = _json_rows(rows, now)
+            self.table.execute(cursor, "insert", now=self.dt(now), rows=rows_json)
             return [kind for kind, count, *_ in cursor.fetchall() for _ in range(count)]
 
     def claim_queries(
@@ -107,7 +104,7 @@ class PostgreSQLBackend(Backend):
         if ask.filters.rates or ask.filters.paces or ask.filters.ordered:
             return super().claim_asked(ask)
         tail = {"salt": _salt(), "until": self.dt(ask.until)}
-        riders = Riders(ask.complete, at=self.dt(ask.now))
+        riders = Riders(ask.complete, at=self.dt(ask.now), day=self.days.today(ask.now))
         memory = ClaimMemory() if ask.memory is None else ask.memory
         if ask.filters.limits:
             rows = self.limited.claim(ask, tail, memory, riders)
@@ -204,8 +201,10 @@ class PostgreSQLBackend(Backend):
     def complete_many(
         self, pairs: list[tuple[str, str]], *, now: datetime
     ) -> list[tuple[str, str]]:
+        """Completed intents move out of the live partition at once, into their day's."""
         ids, tokens = [id for id, _ in pairs], [token for _, token in pairs]
-        rows = self.table.run("complete_many", now=self.dt(now), ids=ids, tokens=tokens)
+        day = self.days.today(now)
+        rows = self.table.run("complete_many", now=self.dt(now), ids=ids, tokens=tokens, day=day)
         return [(row[0], row[1]) for row in rows]
 
     def finish_many(self, endings: Sequence[Ending], *, now: datetime) -> list[Finished]:

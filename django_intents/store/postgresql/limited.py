@@ -200,7 +200,9 @@ class LimitedClaims:
             with one_round_trip(table.alias):
                 if riding is not None:
                     ids, tokens = (list(column) for column in zip(*riding.pairs, strict=True))
-                    table.execute(done, "complete_many", now=riding.at, ids=ids, tokens=tokens)
+                    table.execute(
+                        done, "complete_many", now=riding.at, ids=ids, tokens=tokens, day=riding.day
+                    )
                 table.execute(locks, lock_name, **lock_params, keys=keys)
                 cursor.execute(*query)
             if riding is not None:

@@ -1,6 +1,6 @@
 -- What every database writes the same way; a vendor's file replaces a block by
 -- giving one of the same name (statements.py). Values the backend gives at load:
--- {table}, {paused} (the quoted table names), {columns}, {claim_order} and
+-- {table}, {live} (where the live intents are: the table but on PostgreSQL), {paused} (the quoted table names), {columns}, {claim_order} and
 -- {order_within_priority} (rules.states.CLAIM_ORDER), {column_groups}.
 --
 -- State names are literals on purpose: the planner must see
@@ -122,24 +122,24 @@ next_at >= %(floor)s
 -- Fenced transitions: each moves one claimed row while its token holds ----
 
 -- name: renew
-UPDATE {table} SET claim_until = %(until)s, updated_at = %(now)s WHERE {fence}
+UPDATE {live} SET claim_until = %(until)s, updated_at = %(now)s WHERE {fence}
 
 -- name: complete
-UPDATE {table} SET state = 'completed', {done} WHERE {fence} {returning_kind}
+UPDATE {live} SET state = 'completed', {done} WHERE {fence} {returning_kind}
 
 -- name: attempts
-SELECT attempts, {uncounted} FROM {table} WHERE {fence}
+SELECT attempts, {uncounted} FROM {live} WHERE {fence}
 
 -- name: retry
-UPDATE {table} SET state = 'pending', next_at = %(next_at)s, last_error = %(error)s, {done}
+UPDATE {live} SET state = 'pending', next_at = %(next_at)s, last_error = %(error)s, {done}
 WHERE {fence} {returning_kind}
 
 -- name: cancel_claim
-UPDATE {table} SET state = 'cancelled', last_error = %(error)s, {done}
+UPDATE {live} SET state = 'cancelled', last_error = %(error)s, {done}
 WHERE {fence} {returning_kind}
 
 -- fragment: release_update
-UPDATE {table} SET state = 'pending', next_at = %(now)s, {done} WHERE {fence}
+UPDATE {live} SET state = 'pending', next_at = %(now)s, {done} WHERE {fence}
 
 -- name: release
 {release_update} {returning_kind}
@@ -147,28 +147,28 @@ UPDATE {table} SET state = 'pending', next_at = %(now)s, {done} WHERE {fence}
 -- Unfenced transitions ----------------------------------------------------
 
 -- name: complete_pending
-UPDATE {table} SET state = 'completed', updated_at = %(now)s
+UPDATE {live} SET state = 'completed', updated_at = %(now)s
 WHERE id = %(id)s AND state = 'pending' {returning_kind}
 
 -- fragment: retry_now_update
-UPDATE {table} SET {retry_now_set} WHERE id = %(id)s AND {active}
+UPDATE {live} SET {retry_now_set} WHERE id = %(id)s AND {active}
 
 -- name: retry_now
 {retry_now_update} {returning_kind}
 
 -- name: cancel
-UPDATE {table} SET {cancel_set} WHERE id = %(id)s AND {active} {returning_kind}
+UPDATE {live} SET {cancel_set} WHERE id = %(id)s AND {active} {returning_kind}
 
 -- name: exhausted
 -- Cancels the expired leases that used the last attempt, of the kinds asked.
-UPDATE {table} SET state = 'cancelled', last_error = %(error)s, {done}
+UPDATE {live} SET state = 'cancelled', last_error = %(error)s, {done}
 WHERE {expired_lease} AND attempts >= {uncounted} + %(max_attempts)s AND {of_kinds}
 {returning_kind}
 
 -- The portable limited claim (limited.py) ------------------------------
 
 -- name: live_leases
-SELECT kind, target, COUNT(*) FROM {table}
+SELECT kind, target, COUNT(*) FROM {live}
 WHERE {live_lease} AND kind IN ([kinds]) GROUP BY kind, target
 
 -- Rates (limited.py) --------------------------------------------------------
@@ -193,13 +193,13 @@ DELETE FROM {starts} WHERE kind IN ([kinds]) AND started_at <= %(before)s
 -- intent of its kind and target that is pending or running, NULL for none;
 -- one row, a column each, each the first entry of the target in the ordered
 -- index of migration 0015.
-SELECT [pairs:(SELECT id FROM {table} {ordered_index} WHERE kind = %s AND target = %s
+SELECT [pairs:(SELECT id FROM {live} {ordered_index} WHERE kind = %s AND target = %s
   AND {active} ORDER BY created_at, id LIMIT 1)]
 
 -- name: due_by_id
 -- Of the heads found, those a claim may take now (limited.py), locked where
 -- the database can.
-SELECT {columns} FROM {table} {by_id} WHERE id IN ([ids]) AND {due} AND {within_attempts}
+SELECT {columns} FROM {live} {by_id} WHERE id IN ([ids]) AND {due} AND {within_attempts}
 {lock_rows}
 
 -- fragment: lock_rows
@@ -290,23 +290,23 @@ SELECT kind FROM k WHERE kind IS NOT NULL
 -- Per kind, when its longest-waiting due intent became claimable: two MIN
 -- subqueries per kind, each of which the planner may answer by walking the
 -- claim index (or the lease index) in order to the kind's first row.
-SELECT [kinds:(SELECT MIN(next_at) FROM {table} WHERE kind = %s AND {pending_due}),
-(SELECT MIN(claim_until) FROM {table} WHERE kind = %s AND {expired_lease})]
+SELECT [kinds:(SELECT MIN(next_at) FROM {live} WHERE kind = %s AND {pending_due}),
+(SELECT MIN(claim_until) FROM {live} WHERE kind = %s AND {expired_lease})]
 
 -- name: administer_select
-SELECT id, kind, priority FROM {table} {by_id} WHERE id IN ([ids]) AND {active} FOR UPDATE
+SELECT id, kind, priority FROM {live} {by_id} WHERE id IN ([ids]) AND {active} FOR UPDATE
 
 -- name: administer_retry_now
-UPDATE {table} {by_id} SET {retry_now_set} WHERE id IN ([ids]) AND {active} {returning_moved}
+UPDATE {live} {by_id} SET {retry_now_set} WHERE id IN ([ids]) AND {active} {returning_moved}
 
 -- name: administer_cancel
-UPDATE {table} {by_id} SET {cancel_set} WHERE id IN ([ids]) AND {active} {returning_moved}
+UPDATE {live} {by_id} SET {cancel_set} WHERE id IN ([ids]) AND {active} {returning_moved}
 
 -- fragment: returning_moved
 RETURNING id, kind, priority
 
 -- name: administer_select_cancelled
-SELECT id, kind, priority FROM {table} {by_id} WHERE id IN ([ids]) AND state = 'cancelled'
+SELECT id, kind, priority FROM {live} {by_id} WHERE id IN ([ids]) AND state = 'cancelled'
 FOR UPDATE
 
 -- name: administer_redrive
@@ -314,7 +314,7 @@ FOR UPDATE
 -- attempts that counted so far written off (a CASE: MySQL's unsigned columns
 -- may not be subtracted below 0). Fenced on the state, so an intent another
 -- redrive moved meanwhile, even if a worker already holds it, is left alone.
-UPDATE {table} {by_id} SET state = 'pending', next_at = %(now)s, updated_at = %(now)s,
+UPDATE {live} {by_id} SET state = 'pending', next_at = %(now)s, updated_at = %(now)s,
   written_off = CASE WHEN attempts > snoozes THEN attempts - snoozes ELSE 0 END
 WHERE id IN ([ids]) AND state = 'cancelled' {returning_moved}
 

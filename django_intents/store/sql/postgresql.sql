@@ -67,7 +67,7 @@ id, state AS was, claim_until AS le
 
 -- fragment: claim_due
 -- The rows of "due", claimed: each token md5(salt || id), one salt per claim.
-UPDATE {table} AS t SET state = 'running', attempts = t.attempts + 1,
+UPDATE {live} AS t SET state = 'running', attempts = t.attempts + 1,
   claim_token = md5(%(salt)s || t.id), claim_until = %(until)s, updated_at = %(now)s
 FROM due WHERE t.id = due.id RETURNING {t_columns}, due.was, due.le
 
@@ -119,23 +119,29 @@ LISTEN "{priority_channel}"
 SELECT pg_notify('{channel}', %(payload)s)
 
 -- name: insert
-WITH ins AS (INSERT INTO {table} ({columns}) VALUES [rows:{column_group}]
-  ON CONFLICT (id) DO NOTHING RETURNING kind, priority)
-{notify_inserted}
-
--- name: insert_json
--- The same insert with the varying columns of every row in one JSON array: a
--- text that never changes with the batch's size, one parameter to adapt
--- instead of thirteen per row. A JSON null payload becomes SQL NULL, as it
--- does through VALUES; a row carries next_at only when it was given one.
-WITH ins AS (INSERT INTO {table} (id, kind, event_id, target, payload, next_at, priority,
+-- The varying columns of every row in one JSON array: a text that never
+-- changes with the batch's size, one parameter to adapt instead of thirteen
+-- per row. A JSON null payload becomes SQL NULL; a row carries next_at only
+-- when it was given one.
+-- An id is unique across the partitions by its key (migration 0018): each
+-- enqueue writes its key first, so that it and a move of the same id out of
+-- the live partition (which writes the key too) meet on the key's primary key
+-- and one waits for the other. A new key means a new intent; a known one
+-- only that it may exist (retention leaves the keys of what it drops), so the
+-- row itself is looked for: the slow path, for an enqueue of a known id only.
+-- The CASE keeps the look from being planned as a join over every row.
+WITH r AS MATERIALIZED (SELECT * FROM jsonb_to_recordset(%(rows)s::jsonb) AS r(id text,
+    kind text, event_id text, target text, payload jsonb, next_at timestamptz,
+    priority smallint, trace_context text)),
+k AS (INSERT INTO {keys} (id) SELECT id FROM r ON CONFLICT (id) DO NOTHING RETURNING id),
+ins AS (INSERT INTO {live} (id, kind, event_id, target, payload, next_at, priority,
     trace_context, created_at, updated_at, state, attempts, snoozes, last_error, claim_token,
     claim_until)
   SELECT r.id, r.kind, r.event_id, r.target, r.payload, COALESCE(r.next_at, %(now)s),
     COALESCE(r.priority, 0), COALESCE(r.trace_context, ''), %(now)s, %(now)s, 'pending', 0, 0,
     '', '', NULL
-  FROM jsonb_to_recordset(%(rows)s::jsonb) AS r(id text, kind text, event_id text, target text,
-    payload jsonb, next_at timestamptz, priority smallint, trace_context text)
+  FROM r WHERE CASE WHEN r.id IN (SELECT id FROM k) THEN true
+    ELSE NOT EXISTS (SELECT 1 FROM {table} AS x WHERE x.id = r.id) END
   ON CONFLICT (id) DO NOTHING RETURNING kind, priority)
 {notify_inserted}
 
@@ -154,11 +160,11 @@ WITH upd AS ({retry_now_update} RETURNING kind, priority) {notify_moved}
 -- intents claimed are locked. The outer LIMIT changes nothing but tells the
 -- planner how few rows come: a limit it cannot compute is taken as a tenth of
 -- the table, and it would then hash the whole table to join.
-WITH branch_high AS MATERIALIZED (SELECT {picked} FROM {table} WHERE {claim_high}
+WITH branch_high AS MATERIALIZED (SELECT {picked} FROM {live} WHERE {claim_high}
   ORDER BY {claim_order} LIMIT %(limit)s FOR UPDATE SKIP LOCKED),
-branch_zero AS MATERIALIZED (SELECT {picked} FROM {table} WHERE {claim_zero}
+branch_zero AS MATERIALIZED (SELECT {picked} FROM {live} WHERE {claim_zero}
   ORDER BY {order_within_priority} LIMIT {room_zero} FOR UPDATE SKIP LOCKED),
-branch_low AS MATERIALIZED (SELECT {picked} FROM {table} WHERE {claim_low}
+branch_low AS MATERIALIZED (SELECT {picked} FROM {live} WHERE {claim_low}
   ORDER BY {claim_order} LIMIT {room_low} FOR UPDATE SKIP LOCKED),
 due AS (SELECT * FROM ({branch_union}) AS u LIMIT %(limit)s)
 {claim_due}
@@ -166,26 +172,38 @@ due AS (SELECT * FROM ({branch_union}) AS u LIMIT %(limit)s)
 -- name: claim_zero
 -- The claim of priority 0 alone: it plans in a third of the time of the three
 -- branches (postgresql/backend.py says when a claim may take it).
-WITH due AS MATERIALIZED (SELECT {picked} FROM {table} WHERE {claim_zero}
+WITH due AS MATERIALIZED (SELECT {picked} FROM {live} WHERE {claim_zero}
   ORDER BY {order_within_priority} LIMIT %(limit)s FOR UPDATE SKIP LOCKED)
 {claim_due}
 
 -- name: probe
-SELECT * FROM (SELECT 1 AS one FROM {table} WHERE {claim_high} LIMIT 1) AS branch_high
+SELECT * FROM (SELECT 1 AS one FROM {live} WHERE {claim_high} LIMIT 1) AS branch_high
 UNION ALL
-SELECT * FROM (SELECT 1 AS one FROM {table} WHERE {claim_zero} LIMIT 1) AS branch_zero
+SELECT * FROM (SELECT 1 AS one FROM {live} WHERE {claim_zero} LIMIT 1) AS branch_zero
 UNION ALL
-SELECT * FROM (SELECT 1 AS one FROM {table} WHERE {claim_low} LIMIT 1) AS branch_low
+SELECT * FROM (SELECT 1 AS one FROM {live} WHERE {claim_low} LIMIT 1) AS branch_low
 
 -- name: complete_many
-UPDATE {table} AS t SET state = 'completed', {done}
-FROM unnest(%(ids)s::text[], %(tokens)s::text[]) AS v(id, token)
-WHERE {by_key} RETURNING t.id, t.kind
+-- A pool's completions move their rows out of the live partition at once, into
+-- the partition of %(day)s (the pool makes it: postgresql/days.py), where an
+-- update in place would leave them for the pools' moves to write again. A
+-- DELETE into an INSERT, as move_out, and the keys first, for the rows an
+-- enqueue of this release did not write.
+WITH k AS (INSERT INTO {keys} (id) SELECT unnest(%(ids)s::text[]) ON CONFLICT (id) DO NOTHING),
+moved AS (DELETE FROM {live} AS t USING unnest(%(ids)s::text[], %(tokens)s::text[]) AS v(id, token)
+  WHERE {by_key} RETURNING t.*)
+INSERT INTO {table} (id, kind, event_id, target, payload, state, attempts, snoozes, written_off,
+  priority, next_at, created_at, updated_at, last_error, last_traceback, claim_token,
+  claim_until, trace_context, part)
+SELECT id, kind, event_id, target, payload, 'completed', attempts, snoozes, written_off,
+  priority, next_at, created_at, %(now)s, last_error, last_traceback, '', NULL,
+  trace_context, %(day)s FROM moved
+RETURNING id, kind
 
 -- name: finish_many
 -- A batch of retries, cancellations and releases (endings.Ending), each
 -- fenced; whether each is due now, and of another priority, for notify_kinds.
-UPDATE {table} AS t SET state = v.state, next_at = COALESCE(v.next_at, t.next_at),
+UPDATE {live} AS t SET state = v.state, next_at = COALESCE(v.next_at, t.next_at),
   last_error = COALESCE(v.error, t.last_error),
   last_traceback = COALESCE(v.trace, t.last_traceback),
   snoozes = t.snoozes + CASE WHEN v.snooze THEN 1 ELSE 0 END,
@@ -229,7 +247,7 @@ id, kind, target, priority, next_at, created_at, state AS was, claim_until AS le
 -- none either. Set for the rest of the transaction by the lock statement,
 -- the live leases are read by a plain index scan, which marks the dead
 -- entries of the lease index as it passes (lock_settings).
-live AS MATERIALIZED (SELECT kind, target, count(*) AS n, min(next_at) AS sn FROM {table}
+live AS MATERIALIZED (SELECT kind, target, count(*) AS n, min(next_at) AS sn FROM {live}
   WHERE {live_lease} AND kind = ANY (%(limited)s::text[]) GROUP BY kind, target),
 caps AS MATERIALIZED (SELECT * FROM unnest(%(limited)s::text[], %(per_target)s::bigint[],
   %(running)s::bigint[]) AS c(kind, per_target, running)),
@@ -239,7 +257,7 @@ fkd AS MATERIALIZED (SELECT kind FROM live JOIN caps USING (kind)
   GROUP BY kind, running HAVING sum(n) >= running UNION ALL SELECT kind FROM {paused})
 
 -- fragment: limited_high
-branch_high AS MATERIALIZED (SELECT {limited_picked} FROM {table} AS t
+branch_high AS MATERIALIZED (SELECT {limited_picked} FROM {live} AS t
   WHERE {due} AND priority > 0 AND {limited_filters} AND {has_room}
   ORDER BY {claim_order} LIMIT %(fetch)s FOR UPDATE OF t SKIP LOCKED)
 
@@ -247,7 +265,7 @@ branch_high AS MATERIALIZED (SELECT {limited_picked} FROM {table} AS t
 {due} AND priority = 0 AND {limited_filters}
 
 -- fragment: limited_low
-branch_low AS MATERIALIZED (SELECT {limited_picked} FROM {table} AS t
+branch_low AS MATERIALIZED (SELECT {limited_picked} FROM {live} AS t
   WHERE {due} AND priority < 0 AND {limited_filters} AND {has_room}
   ORDER BY {claim_order} LIMIT {limited_room_low} FOR UPDATE OF t SKIP LOCKED)
 
@@ -279,7 +297,7 @@ ft AS (SELECT rk.*, 0 AS akd FROM rk WHERE {fits_target})
 
 -- fragment: limited_update
 -- What fits, in claim order, claimed.
-UPDATE {table} AS t SET state = 'running', attempts = t.attempts + 1,
+UPDATE {live} AS t SET state = 'running', attempts = t.attempts + 1,
   claim_token = md5(%(salt)s || t.id), claim_until = %(until)s, updated_at = %(now)s
 FROM (SELECT id, was, le FROM ft WHERE running IS NULL OR akd <= running
   ORDER BY {claim_order} LIMIT %(limit)s) AS ch
@@ -287,7 +305,7 @@ WHERE t.id = ch.id RETURNING {t_columns}, ch.was, ch.le
 
 -- fragment: limited_three
 {limited_start}, {limited_high},
-branch_zero AS MATERIALIZED (SELECT {limited_picked} FROM {table} AS t
+branch_zero AS MATERIALIZED (SELECT {limited_picked} FROM {live} AS t
   WHERE {limited_zero_where} AND {floor} AND {has_room} ORDER BY {order_within_priority}
   LIMIT %(fetch)s - (SELECT count(*) FROM branch_high) FOR UPDATE OF t SKIP LOCKED),
 {limited_low},
@@ -295,7 +313,7 @@ due AS ({capped_rows} FROM ({branch_union}) AS u LEFT JOIN caps USING (kind)), {
 
 -- fragment: limited_zero
 {limited_start},
-branch_zero AS MATERIALIZED (SELECT {limited_picked} FROM {table} AS t
+branch_zero AS MATERIALIZED (SELECT {limited_picked} FROM {live} AS t
   WHERE {limited_zero_where} AND {floor} AND {has_room} ORDER BY {order_within_priority}
   LIMIT %(fetch)s FOR UPDATE OF t SKIP LOCKED),
 due AS ({capped_rows} FROM (SELECT * FROM branch_zero) AS u LEFT JOIN caps USING (kind)), {ranked}
@@ -329,14 +347,14 @@ st AS MATERIALIZED (SELECT * FROM (SELECT at, cr, id FROM kp UNION ALL
   SELECT COALESCE(%(head_floor)s::timestamptz, '-infinity'), '-infinity', '') AS s
   ORDER BY at DESC, cr DESC, id DESC LIMIT 1),
 hd AS MATERIALIZED (SELECT t.next_at, t.created_at, t.id, t.kind, t.target
-  FROM {table} AS t WHERE {limited_zero_where} AND (t.next_at, t.created_at, t.id)
+  FROM {live} AS t WHERE {limited_zero_where} AND (t.next_at, t.created_at, t.id)
   >= ((SELECT at FROM st), (SELECT cr FROM st), (SELECT id FROM st))
   AND (t.kind, t.target) NOT IN (SELECT kind, target FROM kp)
   ORDER BY {order_within_priority} LIMIT 1)
 
 -- fragment: limited_head
 {limited_start}, {held_head},
-b0 AS MATERIALIZED (SELECT {limited_picked} FROM {table} AS t
+b0 AS MATERIALIZED (SELECT {limited_picked} FROM {live} AS t
   WHERE {limited_zero_where} AND (t.next_at, t.created_at, t.id) >= ((SELECT next_at FROM hd),
   (SELECT created_at FROM hd), (SELECT id FROM hd)) AND {has_room}
   ORDER BY {order_within_priority} LIMIT %(fetch)s FOR UPDATE OF t SKIP LOCKED),
@@ -364,7 +382,7 @@ WITH {limited_head}, {fitting_by_kind}, cl AS ({limited_update}) {head_info}
 -- running cap, no intent can be held back: the claim is a plain one, gated.
 room AS MATERIALIZED (SELECT spare >= %(limit)s AS ok, spare FROM (SELECT
   LEAST(%(least_per_target)s - COALESCE(max(n), 0), %(least_running)s - COALESCE(sum(n), 0))::bigint
-  AS spare FROM (SELECT count(*) AS n FROM {table} WHERE {live_lease}
+  AS spare FROM (SELECT count(*) AS n FROM {live} WHERE {live_lease}
   AND kind = ANY (%(limited)s::text[]) GROUP BY kind, target) AS live) AS counted)
 
 -- fragment: roomy_answer
@@ -373,19 +391,19 @@ SELECT cl.*, room.ok, room.spare FROM room LEFT JOIN cl ON true
 
 -- name: roomy_claim
 WITH {room},
-branch_high AS MATERIALIZED (SELECT {picked} FROM {table} WHERE {claim_high}
+branch_high AS MATERIALIZED (SELECT {picked} FROM {live} WHERE {claim_high}
   AND (SELECT ok FROM room) ORDER BY {claim_order} LIMIT %(limit)s FOR UPDATE SKIP LOCKED),
-branch_zero AS MATERIALIZED (SELECT {picked} FROM {table} WHERE {claim_zero}
+branch_zero AS MATERIALIZED (SELECT {picked} FROM {live} WHERE {claim_zero}
   AND (SELECT ok FROM room) ORDER BY {order_within_priority} LIMIT {room_zero}
   FOR UPDATE SKIP LOCKED),
-branch_low AS MATERIALIZED (SELECT {picked} FROM {table} WHERE {claim_low}
+branch_low AS MATERIALIZED (SELECT {picked} FROM {live} WHERE {claim_low}
   AND (SELECT ok FROM room) ORDER BY {claim_order} LIMIT {room_low} FOR UPDATE SKIP LOCKED),
 due AS (SELECT * FROM ({branch_union}) AS u LIMIT %(limit)s),
 cl AS ({claim_due}) {roomy_answer}
 
 -- name: roomy_claim_zero
 WITH {room},
-due AS MATERIALIZED (SELECT {picked} FROM {table} WHERE {claim_zero} AND (SELECT ok FROM room)
+due AS MATERIALIZED (SELECT {picked} FROM {live} WHERE {claim_zero} AND (SELECT ok FROM room)
   ORDER BY {order_within_priority} LIMIT %(limit)s FOR UPDATE SKIP LOCKED),
 cl AS ({claim_due}) {roomy_answer}
 
@@ -403,10 +421,10 @@ set_config('enable_bitmapscan', 'off', true)
 -- EXISTS, which drops ORDER BY and LIMIT: with statistics from a time when
 -- most intents had another priority, the planner answered it from the claim
 -- index, reading every due intent.
-(SELECT true FROM {table} WHERE {pending_due} AND priority > 0
+(SELECT true FROM {live} WHERE {pending_due} AND priority > 0
   AND array_position(%(limited)s::text[], kind::text) IS NOT NULL
   ORDER BY {claim_order} LIMIT 1) IS NOT NULL
-OR (SELECT true FROM {table} WHERE {pending_due} AND priority < 0
+OR (SELECT true FROM {live} WHERE {pending_due} AND priority < 0
   AND array_position(%(limited)s::text[], kind::text) IS NOT NULL
   ORDER BY {claim_order} LIMIT 1) IS NOT NULL
 
@@ -430,20 +448,20 @@ WITH ftg AS MATERIALIZED (SELECT * FROM unnest(%(ft_kinds)s::text[], %(ft_target
   AS f(kind, target) UNION ALL {held_targets}),
 fkd AS MATERIALIZED (SELECT unnest(%(full_kinds)s::text[]) AS kind UNION ALL
   SELECT kind FROM {paused}),
-branch_high AS MATERIALIZED (SELECT {columns} FROM {table} AS t WHERE {due} AND priority > 0
+branch_high AS MATERIALIZED (SELECT {columns} FROM {live} AS t WHERE {due} AND priority > 0
   AND {limited_filters} AND {has_room} ORDER BY {claim_order} LIMIT %(limit)s
   FOR UPDATE OF t SKIP LOCKED),
-branch_zero AS MATERIALIZED (SELECT {columns} FROM {table} AS t WHERE {limited_zero_where}
+branch_zero AS MATERIALIZED (SELECT {columns} FROM {live} AS t WHERE {limited_zero_where}
   AND {floor} AND {has_room} ORDER BY {order_within_priority} LIMIT %(limit)s
   FOR UPDATE OF t SKIP LOCKED),
-branch_low AS MATERIALIZED (SELECT {columns} FROM {table} AS t WHERE {due} AND priority < 0
+branch_low AS MATERIALIZED (SELECT {columns} FROM {live} AS t WHERE {due} AND priority < 0
   AND {limited_filters} AND {has_room} ORDER BY {claim_order} LIMIT %(limit)s
   FOR UPDATE OF t SKIP LOCKED)
 {branch_union}
 
 -- name: claim_update
 -- The rows scan locked and the claim admitted, claimed by key (rows.take).
-UPDATE {table} SET state = 'running', attempts = attempts + 1,
+UPDATE {live} SET state = 'running', attempts = attempts + 1,
   claim_token = md5(%(salt)s || id), claim_until = %(until)s, updated_at = %(now)s
 WHERE id = ANY (%(ids)s::text[]) AND {active} RETURNING id, claim_token
 
@@ -456,12 +474,12 @@ DELETE FROM {starts} WHERE kind = ANY (%(kinds)s::text[]) AND started_at <= %(be
 -- since a target may be longer than a B-tree entry may be.
 SELECT p.kind, p.target, head.id FROM unnest(%(kinds)s::text[], %(targets)s::text[])
   AS p(kind, target)
-CROSS JOIN LATERAL (SELECT t.id FROM {table} AS t WHERE t.kind = p.kind
+CROSS JOIN LATERAL (SELECT t.id FROM {live} AS t WHERE t.kind = p.kind
   AND md5(t.target) = md5(p.target) AND t.target = p.target AND {active}
   ORDER BY t.created_at, t.id LIMIT 1) AS head
 
 -- name: due_by_id
-SELECT {columns} FROM {table} WHERE id = ANY (%(ids)s::text[]) AND {due} AND {within_attempts}
+SELECT {columns} FROM {live} WHERE id = ANY (%(ids)s::text[]) AND {due} AND {within_attempts}
 FOR UPDATE SKIP LOCKED
 
 -- The admin's estimates (estimate_rows) --------------------------------------
@@ -483,3 +501,45 @@ GREATEST
 -- on a server that is not replaying (a primary).
 SELECT CASE WHEN pg_is_in_recovery()
   THEN EXTRACT(EPOCH FROM clock_timestamp() - pg_last_xact_replay_timestamp()) END AS lag
+
+-- Finished intents out of the live partition, by day (migration 0018) ---------
+
+-- fragment: day
+-- The day a finished intent's partition is named for: days since 1970, UTC.
+floor(extract(epoch FROM updated_at) / 86400)::integer
+
+-- name: finished_batch
+-- The next finished intents to move, locked, and their days: on the live
+-- partition's index of finished rows.
+SELECT id, {day} FROM {live} WHERE state = 'completed' OR state = 'cancelled'
+LIMIT %(limit)s FOR UPDATE SKIP LOCKED
+
+-- name: keep_keys
+-- Before a move, in its transaction: an enqueue of the same id meets it here.
+INSERT INTO {keys} (id) SELECT unnest(%(ids)s::text[]) ON CONFLICT (id) DO NOTHING
+
+-- name: move_out
+-- A DELETE into an INSERT, not an UPDATE of part: a write of the same row that
+-- comes second then waits and finds no row, as it would have before; an UPDATE
+-- that moves a row makes it fail (SQLSTATE 40001) instead.
+WITH moved AS (DELETE FROM {live} WHERE id = ANY (%(ids)s::text[])
+  AND (state = 'completed' OR state = 'cancelled') RETURNING {columns})
+INSERT INTO {table} ({columns}, part) SELECT {columns}, {day} FROM moved
+
+-- name: days
+-- The partitions of finished intents that have a day: name and day.
+SELECT c.relname, substring(c.relname FROM '_d([0-9]+)$')::integer FROM pg_inherits AS i
+JOIN pg_class AS c ON c.oid = i.inhrelid WHERE i.inhparent = %(parent)s::regclass
+AND c.relname ~ '_d[0-9]+$'
+
+-- name: other_has_day
+-- Whether the partition of days without one holds rows of this day: a day
+-- partition may not be made for them.
+SELECT EXISTS (SELECT 1 FROM {other} WHERE part = %(day)s)
+
+-- name: unfinish
+-- A redrive of cancelled intents that moved out: back into the live partition
+-- as they are, then redriven there with the others (administer_redrive).
+WITH back AS (DELETE FROM {table} WHERE part <> 0 AND id IN ([ids]) AND state = 'cancelled'
+  RETURNING {columns})
+INSERT INTO {live} ({columns}) SELECT {columns} FROM back
