@@ -54,6 +54,12 @@ Layouts:
   then whole generations, after copying into the current one the keys of
   the rows written in those generations that are kept: no key is deleted
   one by one.
+- ``split_moved``: one table partitioned by state, the live intents in one
+  partition, the finished ones in another partitioned by day; a completion
+  is today's ``UPDATE``, which moves the row across. An enqueue writes its
+  key first; the finished partitions' trigger writes the key of every row
+  that arrives (one enqueued by other means); retention drops days and
+  leaves their keys, which an enqueue takes for "may exist" and checks.
 
 ``--history H`` stores H finished intents first (finished a day before, so
 that they lie in their own partition where the finished are partitioned;
@@ -123,7 +129,8 @@ SCHEMAS = {
     + LIVE_INDEXES.format(t="intents")
     + ADMIN_INDEXES.format(t="done"),
 }
-SCHEMAS["split_keys"] = SCHEMAS["split"] + "CREATE TABLE keys (id varchar(64) PRIMARY KEY);"
+KEYS = "CREATE TABLE keys (id varchar(64) PRIMARY KEY);"
+SCHEMAS["split_keys"] = SCHEMAS["split"] + KEYS
 LEASES = (
     "CREATE TABLE leases (id varchar(64) PRIMARY KEY, token varchar(32) NOT NULL, "
     "until timestamptz NOT NULL);"
@@ -164,8 +171,26 @@ SCHEMAS["split_parts_gens"] = (
     + "FOR VALUES FROM (date_trunc('day', now())) TO (MAXVALUE);"
 )
 GENERATIONS = ("keys_old", "keys_mid")
+# One table partitioned by state: a completion is a plain UPDATE that moves its
+# row into the finished day's partition, whose trigger writes the row's key.
+SCHEMAS["split_moved"] = (
+    f"CREATE TABLE intents ({COLUMNS.replace(' PRIMARY KEY', '')}) PARTITION BY LIST (state);"
+    + "CREATE TABLE intents_live PARTITION OF intents (PRIMARY KEY (id)) "
+    + "FOR VALUES IN ('pending', 'running');"
+    + LIVE_INDEXES.format(t="intents_live")
+    + "CREATE TABLE done PARTITION OF intents FOR VALUES IN ('completed', 'cancelled') "
+    + "PARTITION BY RANGE (updated_at);"
+    + "CREATE TABLE done_today PARTITION OF done FOR VALUES FROM (date_trunc('day', now())) "
+    + "TO (date_trunc('day', now()) + interval '2 days');"
+    + "CREATE INDEX done_id ON done (id);"
+    + ADMIN_INDEXES.format(t="done")
+    + KEYS
+    + "CREATE FUNCTION keep_key() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+    + "INSERT INTO keys VALUES (NEW.id) ON CONFLICT DO NOTHING; RETURN NULL; END $$;"
+    + "CREATE TRIGGER done_key AFTER INSERT ON done FOR EACH ROW EXECUTE FUNCTION keep_key();"
+)
 LEASED = (*LEASED, "split_parts_keys", "split_parts_gens")
-PARTED = ("split_parts", "split_parts_keys", "split_parts_gens")
+PARTED = ("split_parts", "split_parts_keys", "split_parts_gens", "split_moved")
 KEYED = ("split_keys", "split_parts_keys")
 
 INSERT_ROWS = (
@@ -184,6 +209,9 @@ ENQUEUE = {
 ENQUEUE["lean"] = ENQUEUE["lease"] = ENQUEUE["today"]
 ENQUEUE["split_lease"] = ENQUEUE["split_parts"] = ENQUEUE["split_hot"] = ENQUEUE["split"]
 ENQUEUE["split_parts_keys"] = ENQUEUE["split_keys"]
+ENQUEUE["split_moved"] = ENQUEUE["split_keys"].replace(
+    "INSERT INTO intents ", "INSERT INTO intents_live "
+)
 ENQUEUE["split_parts_gens"] = (
     "WITH k AS (INSERT INTO keys_now (id, at) SELECT v.id, now() FROM unnest(%s::text[]) AS v(id) "
     "WHERE "
@@ -236,7 +264,12 @@ COMPLETE_LEASE_MOVE = (
     "next_at, created_at, now(), last_error, '', NULL, snoozes, priority, trace_context "
     "FROM moved"
 )
+# The claim's rows stay in the live partition (pending to running): named there.
+CLAIM_LIVE = CLAIM.replace("FROM intents WHERE", "FROM intents_live WHERE").replace(
+    "UPDATE intents AS", "UPDATE intents_live AS"
+)
 COMPLETE = {
+    "split_moved": COMPLETE_IN_PLACE + " AND t.state = 'running'",
     "lease": COMPLETE_LEASE,
     "split_lease": COMPLETE_LEASE_MOVE,
     "split_parts": COMPLETE_LEASE_MOVE,
@@ -335,7 +368,8 @@ def one_run(
         claim_seconds: list[float] = []
         while done < n:
             t0 = time.perf_counter()
-            claimed = claim.run(CLAIM_LEASE if layout in LEASED else CLAIM, [batch, salt])
+            statement = CLAIM_LIVE if layout == "split_moved" else CLAIM
+            claimed = claim.run(CLAIM_LEASE if layout in LEASED else statement, [batch, salt])
             claim_seconds.append(time.perf_counter() - t0)
             if not claimed:
                 break
