@@ -363,6 +363,7 @@ def batch_params(ids: list[str], tokens: list[str]) -> dict[str, object]:
     return {
         "now": at(4),
         "day": day_of(at(4)),
+        "partition": f"django_intents_d{day_of(at(4))}",
         "ids": ids,
         "tokens": tokens,
         "states": ["pending"] * n,

@@ -24,7 +24,7 @@ from django_intents.maintenance.retention import move_finished, prune
 from django_intents.models import Intent
 from django_intents.rules.days import day_of
 from django_intents.store import backend_for
-from django_intents.store.table import day_partition, live_partition, other_partition
+from django_intents.store.table import day_partition, live_partition
 
 from .conftest import T0, intents, row, snapshot
 
@@ -267,19 +267,51 @@ def test_an_enqueue_after_its_day_was_dropped_runs_the_event_again(retention):
     assert row(id).state == "pending"
 
 
-def test_a_day_whose_rows_went_to_the_other_partition_keeps_them_there(retention):
-    """PostgreSQL cannot make a day's partition while the other partition holds that day."""
+@pytest.fixture
+def parent_locked(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """Another transaction reading the intents table, as a long report would:
+    no partition can be made until it ends (its lock wait cut to 0.1 s)."""
+    from django_intents.store.postgresql import days
+
     postgresql_only()
-    first = finish("first", at=T0 - 6 * DAY)
-    day = day_of(T0 - 6 * DAY)
-    with connection.cursor() as cursor:  # as if its day's partition could not be made in time
-        cursor.execute(f"UPDATE {Intent._meta.db_table} SET part = %s WHERE id = %s", [day, first])
-    assert partition_of(first) == other_partition(LABEL)
-    second = finish("second", at=T0 - 6 * DAY)
-    moved_all()
-    assert partition_of(second) == other_partition(LABEL)
-    assert prune(now=T0).deleted == {"completed": 2, "cancelled": 0}  # row by row
-    assert Intent.objects.count() == 0
+    monkeypatch.setattr(days, "LOCK_TIMEOUT", "100ms")
+    holding, release = threading.Event(), threading.Event()
+
+    def read_and_wait() -> None:
+        try:
+            with transaction.atomic():
+                list(Intent.objects.all()[:1])
+                holding.set()
+                release.wait(30)
+        finally:
+            connections.close_all()
+
+    reader = threading.Thread(target=read_and_wait)
+    reader.start()
+    assert holding.wait(10)
+    yield release.set
+    release.set()
+    reader.join(10)
+
+
+def test_a_day_whose_partition_cannot_be_made_yet_keeps_its_intents_live_until_it_can(
+    parent_locked,
+):
+    stuck = finish("stuck", at=T0 - 6 * DAY)
+    before = snapshot()
+    assert move_finished() == 0
+    assert partition_of(stuck) == live_partition(LABEL)
+    assert snapshot() == before
+    # A pool's completions on a day without a partition stay in place, completed.
+    late = Intent.objects.enqueue("webhook", "late", TARGET, now=T0 + 40 * DAY)
+    [claimed] = Intent.objects.claim_many(1, now=T0 + 40 * DAY, kinds=["webhook"])
+    assert Intent.objects.complete_many([(late, claimed.claim_token)], now=T0 + 40 * DAY) == [late]
+    assert (row(late).state, partition_of(late)) == ("completed", live_partition(LABEL))
+    parent_locked()  # the report ends
+    assert moved_all() == 2
+    assert partition_of(stuck) == day_partition(LABEL, day_of(T0 - 6 * DAY))
+    assert partition_of(late) == day_partition(LABEL, day_of(T0 + 40 * DAY))
+    assert rows_of(stuck) == rows_of(late) == 1
 
 
 def test_the_migration_reverses_with_every_row_and_applies_again():

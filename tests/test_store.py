@@ -480,7 +480,6 @@ def test_every_database_defines_the_same_statements_for_the_shared_verbs():
             "keep_keys",
             "move_out",
             "days",
-            "other_has_day",
             "unfinish",
         },
     }

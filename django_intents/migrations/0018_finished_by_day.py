@@ -4,9 +4,9 @@
 that the model does not know: partition 0, ``django_intents_live``, is the
 table as it was (no row is copied); the finished intents move out of it
 into a partition per day (``part`` the day's number since 1970,
-``django_intents_d<day>``), made as they are needed, or into
-``django_intents_other`` where a day has none. Django, the admin and every
-query keep reading one table; the claims name the live partition.
+``django_intents_d<day>``), made as they are needed (there is no default
+partition). Django, the admin and every query keep reading one table; the
+claims name the live partition.
 ``django_intents_key`` holds the id of every enqueue and of every intent
 that moved out, so that an id stays unique across the partitions, which no
 index of PostgreSQL can make sure of (docs/deployment.md, "Storage").
@@ -30,7 +30,6 @@ from django.db.backends.base.schema import BaseDatabaseSchemaEditor
 
 TABLE = "django_intents_intent"
 LIVE = "django_intents_live"
-OTHER = "django_intents_other"
 KEY = "django_intents_key"
 FINISHED = "(state = 'completed' OR state = 'cancelled')"
 # The indexes every partition has: the admin's and retention's. The live
@@ -69,8 +68,6 @@ def forward(apps: Apps, schema_editor: BaseDatabaseSchemaEditor) -> None:
             *(f"CREATE INDEX {name} ON ONLY {TABLE} {d}" for name, d in SHARED.values()),
             f"ALTER TABLE {TABLE} ATTACH PARTITION {LIVE} FOR VALUES FROM (0) TO (1)",
             *(f"ALTER INDEX {name} ATTACH PARTITION {own}" for own, (name, _) in SHARED.items()),
-            f"CREATE TABLE {OTHER} PARTITION OF {TABLE} DEFAULT",
-            f"CREATE INDEX {OTHER}_id ON {OTHER} (id)",
             f"CREATE TABLE {KEY} (id varchar(64) PRIMARY KEY)",
         ):
             cursor.execute(statement)

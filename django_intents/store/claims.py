@@ -134,7 +134,8 @@ class Riders:
 
     pairs: list[tuple[str, str]]
     at: Any = None  # the completion time, as the backend's driver takes it
-    day: int | None = None  # PostgreSQL: the day partition the completed move into
+    # PostgreSQL: the day partition the completed move into (postgresql/days.Days.into).
+    into: dict[str, Any] = field(default_factory=dict)
     done: list[tuple[str, str]] = field(default_factory=list)
     sent: bool = False
 

@@ -35,7 +35,7 @@ _RESERVED = frozenset({"order", "group", "user", "limit", "offset", "table", "se
 
 
 # PostgreSQL's layout (migration 0018, docs/deployment.md "Storage"): the live
-# partition, the day partitions, the one for days that have none, the ids.
+# partition, the day partitions, the ids.
 KEYS = "django_intents_key"
 
 
@@ -45,10 +45,6 @@ def live_partition(app_label: str) -> str:
 
 def day_partition(app_label: str, day: int) -> str:
     return f"{app_label}_d{day}"
-
-
-def other_partition(app_label: str) -> str:
-    return f"{app_label}_other"
 
 
 def bare(column: str, quote: Callable[[str], str]) -> str:
@@ -99,7 +95,6 @@ class Table:
                 "table": self.name,
                 "live": self.live,
                 "keys": self.keys,
-                "other": q(other_partition(meta.app_label)),
                 "paused": self.paused,
                 "rollup": rollup,
                 "starts": starts,

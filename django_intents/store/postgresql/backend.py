@@ -104,7 +104,8 @@ class PostgreSQLBackend(Backend):
         if ask.filters.rates or ask.filters.paces or ask.filters.ordered:
             return super().claim_asked(ask)
         tail = {"salt": _salt(), "until": self.dt(ask.until)}
-        riders = Riders(ask.complete, at=self.dt(ask.now), day=self.days.today(ask.now))
+        into = self.days.into(self.days.today(ask.now))
+        riders = Riders(ask.complete, at=self.dt(ask.now), into=into)
         memory = ClaimMemory() if ask.memory is None else ask.memory
         if ask.filters.limits:
             rows = self.limited.claim(ask, tail, memory, riders)
@@ -203,8 +204,8 @@ class PostgreSQLBackend(Backend):
     ) -> list[tuple[str, str]]:
         """Completed intents move out of the live partition at once, into their day's."""
         ids, tokens = [id for id, _ in pairs], [token for _, token in pairs]
-        day = self.days.today(now)
-        rows = self.table.run("complete_many", now=self.dt(now), ids=ids, tokens=tokens, day=day)
+        into = self.days.into(self.days.today(now))
+        rows = self.table.run("complete_many", now=self.dt(now), ids=ids, tokens=tokens, **into)
         return [(row[0], row[1]) for row in rows]
 
     def finish_many(self, endings: Sequence[Ending], *, now: datetime) -> list[Finished]:

@@ -13,10 +13,11 @@ partitions) are deleted with it, so that the table stays the size of the
 rows: the only rows retention still deletes one by one here, each a few
 bytes, and the only dead tuples it leaves.
 
-A day whose rows went to the partition of days without one (the ``other``
-one: a partition could not be made in time, or a test wrote a row in 1970)
-keeps going there: PostgreSQL cannot make a day's partition while ``other``
-holds rows of that day. Retention deletes those rows as it deletes any.
+A finished intent whose day has no partition, and cannot get one now (its
+lock not had in time), stays in the live partition, where it harms no claim
+(the claims' indexes leave finished rows out), until a later move: there is
+no default partition, which would make PostgreSQL scan it, under a lock on
+the whole table, for every day partition made after.
 
 Making or dropping a partition takes a lock on the whole table for a few
 milliseconds; each is sent with a ``lock_timeout`` of a second, so that one
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from datetime import datetime
+from typing import Any
 
 from django.db import DatabaseError, transaction
 
@@ -51,40 +53,51 @@ class Days:
     def move_out(self, *, limit: int = MOVE_BATCH) -> int:
         """Move up to ``limit`` finished intents out of the live partition; how many moved.
 
-        The keys go first, in the move's transaction, so that an enqueue of
-        the same id meets the move on the key (store/sql/postgresql.sql,
-        ``insert``).
+        The batch is locked first and its days' partitions looked up; a day
+        without one ends the transaction, its partition is made (in a
+        transaction of its own, which must not hold the batch's locks) and
+        the batch is taken again. A day whose partition cannot be made now
+        keeps its intents in the live partition for a later move. The keys
+        go before the rows, in the move's transaction, so that an enqueue of
+        the same id meets the move on the key (``insert`` in
+        store/sql/postgresql.sql).
         """
         table = self.table
-        with table.cursor() as cursor:
-            table.execute(cursor, "finished_batch", limit=limit)
-            days = {day for _, day in cursor.fetchall()}
-        if not days:
-            return 0
-        self.make(days)
-        with transaction.atomic(using=table.alias), table.cursor() as cursor:
-            table.execute(cursor, "finished_batch", limit=limit)
-            ids = [id for id, _ in cursor.fetchall()]
-            if not ids:
-                return 0
-            table.execute(cursor, "keep_keys", ids=ids)
-            table.execute(cursor, "move_out", ids=ids)
-            return int(cursor.rowcount)
+        for attempt in (1, 2):
+            with transaction.atomic(using=table.alias), table.cursor() as cursor:
+                table.execute(cursor, "finished_batch", limit=limit)
+                batch = cursor.fetchall()
+                existing = set(self.existing())
+                missing = {day for _, day in batch} - existing
+                if not missing or attempt == 2:
+                    ids = [id for id, day in batch if day in existing]
+                    if not ids:
+                        return 0
+                    table.execute(cursor, "keep_keys", ids=ids)
+                    table.execute(cursor, "move_out", ids=ids)
+                    return int(cursor.rowcount)
+            self.make(missing)  # the batch's locks released: then again
+        return 0
 
     def today(self, now: datetime) -> int:
-        """The day of ``now``, its partition made if it may be (once per day a process sees)."""
+        """The day of ``now``, its partition made once a day per process if it is
+        missing. The completions check that it is there as they move (a day
+        that has none keeps its completed intents in place, for a later move)."""
         day = day_of(now)
         if day not in self._made:
             self.make([day])
             self._made.add(day)
         return day
 
+    def into(self, day: int) -> dict[str, Any]:
+        """The parameters of ``complete_many`` that name the partition of ``day``."""
+        return {"day": day, "partition": day_partition(self._label, day)}
+
     def make(self, days: Iterable[int]) -> None:
-        """Make the partitions of ``days`` that do not exist and may (see the module)."""
+        """Make the partitions of ``days`` that do not exist; one that cannot be made
+        now (its lock not had within ``LOCK_TIMEOUT``) is left for a later call."""
         # The catalog, not a memory: another process may have dropped a day.
         for day in sorted(set(days) - set(self.existing())):
-            if self._other_has(day):
-                continue
             name = self._quote(day_partition(self._label, day))
             try:
                 with transaction.atomic(using=self.table.alias), self.table.cursor() as cursor:
@@ -138,11 +151,6 @@ class Days:
             for state, count in held.items():
                 counts[state] = counts.get(state, 0) + int(count)
         return counts, dropped
-
-    def _other_has(self, day: int) -> bool:
-        with self.table.cursor() as cursor:
-            self.table.execute(cursor, "other_has_day", day=day)
-            return bool(cursor.fetchone()[0])
 
     def _quote(self, name: str) -> str:
         return str(self.table.connection.ops.quote_name(name))

@@ -201,7 +201,7 @@ class LimitedClaims:
                 if riding is not None:
                     ids, tokens = (list(column) for column in zip(*riding.pairs, strict=True))
                     table.execute(
-                        done, "complete_many", now=riding.at, ids=ids, tokens=tokens, day=riding.day
+                        done, "complete_many", now=riding.at, ids=ids, tokens=tokens, **riding.into
                     )
                 table.execute(locks, lock_name, **lock_params, keys=keys)
                 cursor.execute(*query)

@@ -185,20 +185,25 @@ SELECT * FROM (SELECT 1 AS one FROM {live} WHERE {claim_low} LIMIT 1) AS branch_
 
 -- name: complete_many
 -- A pool's completions move their rows out of the live partition at once, into
--- the partition of %(day)s (the pool makes it: postgresql/days.py), where an
--- update in place would leave them for the pools' moves to write again. A
--- DELETE into an INSERT, as move_out, and the keys first, for the rows an
--- enqueue of this release did not write.
+-- the partition of %(day)s, named %(partition)s (the pool makes it:
+-- postgresql/days.py), where an update in place would leave them for the
+-- pools' moves to write again. A DELETE into an INSERT, as move_out, and the
+-- keys first, for the rows an enqueue of this release did not write. If the
+-- day has no partition yet, they are completed in place, for a later move.
 WITH k AS (INSERT INTO {keys} (id) SELECT unnest(%(ids)s::text[]) ON CONFLICT (id) DO NOTHING),
+day AS MATERIALIZED (SELECT to_regclass(%(partition)s) IS NOT NULL AS made),
 moved AS (DELETE FROM {live} AS t USING unnest(%(ids)s::text[], %(tokens)s::text[]) AS v(id, token)
-  WHERE {by_key} RETURNING t.*)
-INSERT INTO {table} (id, kind, event_id, target, payload, state, attempts, snoozes, written_off,
-  priority, next_at, created_at, updated_at, last_error, last_traceback, claim_token,
-  claim_until, trace_context, part)
-SELECT id, kind, event_id, target, payload, 'completed', attempts, snoozes, written_off,
+  WHERE {by_key} AND (SELECT made FROM day) RETURNING t.*),
+stayed AS (UPDATE {live} AS t SET state = 'completed', {done}
+  FROM unnest(%(ids)s::text[], %(tokens)s::text[]) AS v(id, token)
+  WHERE {by_key} AND NOT (SELECT made FROM day) RETURNING t.id, t.kind),
+ins AS (INSERT INTO {table} (id, kind, event_id, target, payload, state, attempts, snoozes,
+  written_off, priority, next_at, created_at, updated_at, last_error, last_traceback,
+  claim_token, claim_until, trace_context, part)
+  SELECT id, kind, event_id, target, payload, 'completed', attempts, snoozes, written_off,
   priority, next_at, created_at, %(now)s, last_error, last_traceback, '', NULL,
-  trace_context, %(day)s FROM moved
-RETURNING id, kind
+  trace_context, %(day)s FROM moved RETURNING id, kind)
+SELECT id, kind FROM ins UNION ALL SELECT id, kind FROM stayed
 
 -- name: finish_many
 -- A batch of retries, cancellations and releases (endings.Ending), each
@@ -512,7 +517,7 @@ floor(extract(epoch FROM updated_at) / 86400)::integer
 -- The next finished intents to move, locked, and their days: on the live
 -- partition's index of finished rows.
 SELECT id, {day} FROM {live} WHERE state = 'completed' OR state = 'cancelled'
-LIMIT %(limit)s FOR UPDATE SKIP LOCKED
+ORDER BY updated_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED
 
 -- name: keep_keys
 -- Before a move, in its transaction: an enqueue of the same id meets it here.
@@ -531,11 +536,6 @@ INSERT INTO {table} ({columns}, part) SELECT {columns}, {day} FROM moved
 SELECT c.relname, substring(c.relname FROM '_d([0-9]+)$')::integer FROM pg_inherits AS i
 JOIN pg_class AS c ON c.oid = i.inhrelid WHERE i.inhparent = %(parent)s::regclass
 AND c.relname ~ '_d[0-9]+$'
-
--- name: other_has_day
--- Whether the partition of days without one holds rows of this day: a day
--- partition may not be made for them.
-SELECT EXISTS (SELECT 1 FROM {other} WHERE part = %(day)s)
 
 -- name: unfinish
 -- A redrive of cancelled intents that moved out: back into the live partition
