@@ -35,6 +35,15 @@ DAY = timedelta(days=1)
 LABEL = Intent._meta.app_label
 
 
+@pytest.fixture(autouse=True)
+def days_as_the_catalog_has_them() -> None:
+    """A test here may reverse migration 0018, which drops every day partition:
+    the process's memory of the days it made starts afresh for each test."""
+    days = getattr(backend_for(connection, Intent), "days", None)
+    if days is not None:
+        days.forget()
+
+
 def finish(event: str, state: str = "completed", *, at: Any = T0) -> str:
     """An intent enqueued, claimed and then completed or cancelled at ``at``."""
     id = Intent.objects.enqueue("webhook", event, TARGET, {"n": event}, now=at - DAY)  # noqa: A001
@@ -161,6 +170,7 @@ def test_an_enqueue_racing_the_move_of_its_id_waits_and_writes_nothing(keyed: bo
         finally:
             connections.close_all()
 
+    backend_for(connection, Intent).days.make([day_of(T0)])  # as a move makes its days first
     with transaction.atomic(), table.cursor() as cursor:
         table.execute(cursor, "keep_keys", ids=[id])
         table.execute(cursor, "move_out", ids=[id])
@@ -268,9 +278,10 @@ def test_an_enqueue_after_its_day_was_dropped_runs_the_event_again(retention):
 
 
 @pytest.fixture
-def parent_locked(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    """Another transaction reading the intents table, as a long report would:
-    no partition can be made until it ends (its lock wait cut to 0.1 s)."""
+def reader(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
+    """Another transaction reading the intents table, as a long report would,
+    started by ``reader["start"]()`` and ended by ``reader["end"]()``: no
+    partition can be made meanwhile (the lock wait cut to 0.1 s)."""
     from django_intents.store.postgresql import days
 
     postgresql_only()
@@ -286,31 +297,39 @@ def parent_locked(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
         finally:
             connections.close_all()
 
-    reader = threading.Thread(target=read_and_wait)
-    reader.start()
-    assert holding.wait(10)
-    yield release.set
+    thread = threading.Thread(target=read_and_wait)
+
+    def start() -> None:
+        thread.start()
+        assert holding.wait(10)
+
+    yield {"start": start, "end": release.set}
     release.set()
-    reader.join(10)
+    if thread.is_alive():
+        thread.join(10)
 
 
-def test_a_day_whose_partition_cannot_be_made_yet_keeps_its_intents_live_until_it_can(
-    parent_locked,
-):
+def test_a_day_whose_partition_cannot_be_made_yet_keeps_its_intents_live_until_it_can(reader):
     stuck = finish("stuck", at=T0 - 6 * DAY)
+    late_day = T0 + 40 * DAY
+    with connection.cursor() as cursor:  # another test may have made them: gone, as never made
+        for day in (day_of(T0 - 6 * DAY), day_of(late_day)):
+            cursor.execute(f"DROP TABLE IF EXISTS {day_partition(LABEL, day)}")
+    backend_for(connection, Intent).days.forget()
+    reader["start"]()
     before = snapshot()
     assert move_finished() == 0
     assert partition_of(stuck) == live_partition(LABEL)
     assert snapshot() == before
     # A pool's completions on a day without a partition stay in place, completed.
-    late = Intent.objects.enqueue("webhook", "late", TARGET, now=T0 + 40 * DAY)
-    [claimed] = Intent.objects.claim_many(1, now=T0 + 40 * DAY, kinds=["webhook"])
-    assert Intent.objects.complete_many([(late, claimed.claim_token)], now=T0 + 40 * DAY) == [late]
+    late = Intent.objects.enqueue("webhook", "late", TARGET, now=late_day)
+    [claimed] = Intent.objects.claim_many(1, now=late_day, kinds=["webhook"])
+    assert Intent.objects.complete_many([(late, claimed.claim_token)], now=late_day) == [late]
     assert (row(late).state, partition_of(late)) == ("completed", live_partition(LABEL))
-    parent_locked()  # the report ends
+    reader["end"]()  # the report ends
     assert moved_all() == 2
     assert partition_of(stuck) == day_partition(LABEL, day_of(T0 - 6 * DAY))
-    assert partition_of(late) == day_partition(LABEL, day_of(T0 + 40 * DAY))
+    assert partition_of(late) == day_partition(LABEL, day_of(late_day))
     assert rows_of(stuck) == rows_of(late) == 1
 
 

@@ -204,8 +204,12 @@ class PostgreSQLBackend(Backend):
     ) -> list[tuple[str, str]]:
         """Completed intents move out of the live partition at once, into their day's."""
         ids, tokens = [id for id, _ in pairs], [token for _, token in pairs]
-        into = self.days.into(self.days.today(now))
-        rows = self.table.run("complete_many", now=self.dt(now), ids=ids, tokens=tokens, **into)
+        day = self.days.today(now)
+        rows = self.table.run(
+            "complete_many", now=self.dt(now), ids=ids, tokens=tokens, **self.days.into(day)
+        )
+        if not all(moved for _, _, moved in rows):
+            self.days.forget(day)  # its partition went: made again by the next batch
         return [(row[0], row[1]) for row in rows]
 
     def finish_many(self, endings: Sequence[Ending], *, now: datetime) -> list[Finished]:

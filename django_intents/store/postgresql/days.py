@@ -89,6 +89,14 @@ class Days:
             self._made.add(day)
         return day
 
+    def forget(self, day: int | None = None) -> None:
+        """Forget that ``day`` (or every day) was made: its partition went (a
+        migration reversed, say), and the next completion on it makes it again."""
+        if day is None:
+            self._made.clear()
+        else:
+            self._made.discard(day)
+
     def into(self, day: int) -> dict[str, Any]:
         """The parameters of ``complete_many`` that name the partition of ``day``."""
         return {"day": day, "partition": day_partition(self._label, day)}

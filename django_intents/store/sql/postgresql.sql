@@ -189,7 +189,8 @@ SELECT * FROM (SELECT 1 AS one FROM {live} WHERE {claim_low} LIMIT 1) AS branch_
 -- postgresql/days.py), where an update in place would leave them for the
 -- pools' moves to write again. A DELETE into an INSERT, as move_out, and the
 -- keys first, for the rows an enqueue of this release did not write. If the
--- day has no partition yet, they are completed in place, for a later move.
+-- day has no partition yet, they are completed in place, for a later move,
+-- and the third column says so.
 WITH k AS (INSERT INTO {keys} (id) SELECT unnest(%(ids)s::text[]) ON CONFLICT (id) DO NOTHING),
 day AS MATERIALIZED (SELECT to_regclass(%(partition)s) IS NOT NULL AS made),
 moved AS (DELETE FROM {live} AS t USING unnest(%(ids)s::text[], %(tokens)s::text[]) AS v(id, token)
@@ -203,7 +204,7 @@ ins AS (INSERT INTO {table} (id, kind, event_id, target, payload, state, attempt
   SELECT id, kind, event_id, target, payload, 'completed', attempts, snoozes, written_off,
   priority, next_at, created_at, %(now)s, last_error, last_traceback, '', NULL,
   trace_context, %(day)s FROM moved RETURNING id, kind)
-SELECT id, kind FROM ins UNION ALL SELECT id, kind FROM stayed
+SELECT id, kind, true FROM ins UNION ALL SELECT id, kind, false FROM stayed
 
 -- name: finish_many
 -- A batch of retries, cancellations and releases (endings.Ending), each
