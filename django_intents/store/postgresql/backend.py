@@ -104,7 +104,8 @@ class PostgreSQLBackend(Backend):
         if ask.filters.rates or ask.filters.paces or ask.filters.ordered:
             return super().claim_asked(ask)
         tail = {"salt": _salt(), "until": self.dt(ask.until)}
-        into = self.days.into(self.days.today(ask.now))
+        # The day's partition is looked up (made, once a day) only for completions to move.
+        into = self.days.into(self.days.today(ask.now)) if ask.complete else {}
         riders = Riders(ask.complete, at=self.dt(ask.now), into=into)
         memory = ClaimMemory() if ask.memory is None else ask.memory
         if ask.filters.limits:
